@@ -1,0 +1,44 @@
+# The few commands a newcomer needs. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.perception-installed
+DEMO_DATA := data/synthetic_nuscenes
+DEMO_WORK := work_dirs/demo
+export NO_ALBUMENTATIONS_UPDATE := 1
+export HF_HUB_OFFLINE := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo demo-data test test-all bench lint clean
+
+install: $(STAMP)
+
+# Re-runs only when the dependency declarations change; torch/torchvision are pinned
+# explicitly because they decide which wheels (and how many GB) get installed.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	$(PY) -m pip install -q -c constraints.txt torch==2.14.1 torchvision==0.29.1 -e ".[dev,export]"
+	touch $(STAMP)
+
+$(DEMO_DATA)/.complete: | $(STAMP)
+	$(PY) tools/make_synthetic_nuscenes.py $(DEMO_DATA) --scenes 12 --samples-per-scene 16 \
+		--cameras 6 --image-size 800x450 --val-scenes 2 --seed 0
+
+demo-data: $(DEMO_DATA)/.complete
+
+demo: $(STAMP) $(DEMO_DATA)/.complete
+	$(PY) tools/train.py configs/demo_synthetic.py --work-dir $(DEMO_WORK)
+	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not gpu"
+
+bench: $(STAMP)
+	$(PY) bench/train_step_rate.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check perception tools tests bench
+
+clean:
+	rm -rf work_dirs .pytest_cache
