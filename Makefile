@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 $(DEMO_DATA)/.complete: | $(STAMP)
 	$(PY) tools/make_synthetic_nuscenes.py $(DEMO_DATA) --scenes 12 --samples-per-scene 16 \
-		--cameras 6 --image-size 800x450 --val-scenes 2 --seed 0
+		--cameras 6 --image-size 640x360 --val-scenes 2 --seed 0
 
 demo-data: $(DEMO_DATA)/.complete
 

@@ -1,0 +1,53 @@
+"""The one place where a validated config turns into objects (model, criteria, data, system)."""
+
+from __future__ import annotations
+
+from perception.config import ExperimentConfig, ModelConfig
+
+
+def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
+    from perception.models.backbone import SwinBackbone
+    from perception.models.fpn import FPN
+    from perception.models.heads.drivable import DrivableHead
+    from perception.models.perception_model import PerceptionModel
+
+    b = cfg.backbone
+    overrides = {k: v for k, v in dict(embed_dim=b.embed_dim, depths=b.depths, num_heads=b.num_heads,
+                                       window_size=b.window_size).items() if v is not None}
+    backbone = SwinBackbone(b.name, input_size, pretrained_path=b.pretrained_path, drop_path_rate=b.drop_path_rate,
+                            **overrides)
+    neck = FPN(backbone.channels, cfg.neck.channels)
+    heads = {}
+    if cfg.heads.drivable is not None:
+        heads["drivable"] = DrivableHead(neck.channels, cfg.heads.drivable.channels, cfg.heads.drivable.num_classes)
+    if not heads:
+        raise ValueError("model.heads enables no head")
+    return PerceptionModel(backbone, neck, heads)
+
+
+def build_criteria(cfg: ExperimentConfig) -> dict:
+    from perception.training.drivable_loss import DrivableCriterion
+
+    criteria = {}
+    if cfg.model.heads.drivable is not None:
+        criteria["drivable"] = DrivableCriterion()
+    return criteria
+
+
+def build_system(cfg: ExperimentConfig, config_text: str = ""):
+    from perception.training.system import PerceptionSystem
+
+    model = build_model(cfg.model, tuple(cfg.input_size))
+    return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
+                            config_text=config_text)
+
+
+def build_datamodule(cfg: ExperimentConfig):
+    from perception.data.datamodule import NuScenesDataModule
+
+    return NuScenesDataModule(
+        data_root=cfg.data_root, version=cfg.version, train_split=cfg.train_split, val_split=cfg.val_split,
+        cameras=list(cfg.cameras), input_size=tuple(cfg.input_size), batch_size=cfg.batch_size,
+        val_batch_size=cfg.val_batch_size, num_workers=cfg.num_workers, cache_root=cfg.cache_root,
+        drivable_max_range=cfg.drivable_max_range, scale_range=cfg.augment.scale_range,
+        flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric, seed=cfg.seed)

@@ -1,0 +1,197 @@
+"""Configs: mmengine Python files (one level of ``_base_``) checked against typed dataclasses.
+
+Dicts become dataclasses at one place (``parse_config``); unknown keys anywhere are an error
+with a did-you-mean, bad values are rejected before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any, get_args, get_origin, get_type_hints
+
+from mmengine.config import Config
+
+from perception.data.nuscenes_constants import CAMERAS
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class BackboneConfig:
+    name: str = "swin_tiny_patch4_window7_224"
+    pretrained_path: str | None = None  # local timm checkpoint; never downloaded
+    drop_path_rate: float = 0.1
+    # Architecture overrides passed to timm (None keeps the named model's value).
+    embed_dim: int | None = None
+    depths: tuple | None = None
+    num_heads: tuple | None = None
+    window_size: int | None = None
+
+
+@dataclass
+class NeckConfig:
+    channels: int = 96
+
+
+@dataclass
+class DrivableHeadConfig:
+    channels: int = 64
+    num_classes: int = 2
+
+
+@dataclass
+class HeadsConfig:
+    drivable: DrivableHeadConfig | None = field(default_factory=DrivableHeadConfig)
+
+
+@dataclass
+class ModelConfig:
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    neck: NeckConfig = field(default_factory=NeckConfig)
+    heads: HeadsConfig = field(default_factory=HeadsConfig)
+
+
+@dataclass
+class AugmentConfig:
+    scale_range: tuple = (0.9, 1.15)
+    flip_prob: float = 0.5
+    photometric: bool = True
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 2e-4
+    weight_decay: float = 0.05
+    backbone_lr_mult: float = 0.1
+    betas: tuple = (0.9, 0.999)
+
+
+@dataclass
+class SchedulerConfig:
+    warmup_steps: int = 500
+    warmup_ratio: float = 0.001  # LR at step 0, relative to the base LR
+    min_lr_ratio: float = 0.01  # LR at the end of the cosine, relative to the base LR
+
+
+@dataclass
+class ExperimentConfig:
+    data_root: str
+    version: str
+    train_split: str
+    val_split: str
+    input_size: tuple  # (H, W) of the network input
+    cameras: tuple = CAMERAS
+    cache_root: str | None = None  # default <data_root>/perception_cache
+    drivable_max_range: float = 60.0
+    batch_size: int = 2
+    val_batch_size: int = 4
+    num_workers: int = 4
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss_weights: dict = field(default_factory=lambda: {"drivable_ce": 1.0, "drivable_dice": 1.0})
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    seed: int = 0
+
+
+def _did_you_mean(key: str, allowed) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else f" Allowed keys: {sorted(allowed)}."
+
+
+def _parse(cls, data: Any, path: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key {path!r} must be a dict, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"unknown config key {path + '.' if path else ''}{key}.{_did_you_mean(key, names)}")
+    values = {}
+    for f in dataclasses.fields(cls):
+        key_path = f"{path}.{f.name}" if path else f.name
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"config key {key_path!r} is required")
+            continue
+        value = data[f.name]
+        hint = hints[f.name]
+        nested = [t for t in (get_args(hint) or (hint,)) if dataclasses.is_dataclass(t)]
+        if nested and value is not None:
+            value = _parse(nested[0], dict(value), key_path)
+        elif isinstance(value, list) and (hint is tuple or tuple in (get_args(hint) or ())):
+            value = tuple(value)
+        elif get_origin(hint) is None and hint in (int, float, str, bool) and value is not None:
+            if hint is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+                raise ConfigError(f"config key {key_path!r} must be {hint.__name__}, got {value!r}")
+        values[f.name] = value
+    return cls(**values)
+
+
+def _to_plain(value):
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def parse_config(cfg: Config | dict) -> ExperimentConfig:
+    """Typed, validated experiment config from an mmengine Config (or plain dict)."""
+    data = {k: v for k, v in _to_plain(cfg).items() if not k.startswith("_")}
+    experiment = _parse(ExperimentConfig, data, "")
+    validate(experiment)
+    return experiment
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Reject values that would only fail (or silently misbehave) later."""
+    height, width = cfg.input_size
+    if height % 32 or width % 32 or height <= 0 or width <= 0:
+        raise ConfigError(f"input_size {list(cfg.input_size)} must be positive multiples of 32 (Swin patch 4 x "
+                          "three 2x merges); multiples of 224 avoid window padding, e.g. [448, 896]")
+    unknown = [c for c in cfg.cameras if c not in CAMERAS]
+    if unknown:
+        raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
+        raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
+    if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
+        raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
+    low, high = cfg.augment.scale_range
+    if not 0 < low <= high:
+        raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")
+    trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
+    for key in cfg.trainer:
+        if key not in trainer_args:
+            raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."
+                              f"{_did_you_mean(key, trainer_args)}")
+    for key, weight in cfg.loss_weights.items():
+        if not isinstance(weight, (int, float)) or weight < 0:
+            raise ConfigError(f"loss_weights.{key} must be a number >= 0, got {weight!r}")
+
+
+def _trainer_class():
+    import lightning
+
+    return lightning.Trainer
+
+
+def load_config(path: str, cfg_options: dict | None = None) -> Config:
+    """mmengine Config from a file, with ``--cfg-options`` style overrides (``a.b=value``)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file {path} does not exist")
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg

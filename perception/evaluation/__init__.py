@@ -1,0 +1,1 @@
+"""Offline evaluation of a checkpoint on a split (tools/test.py)."""

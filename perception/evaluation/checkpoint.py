@@ -1,0 +1,38 @@
+"""Load model weights from a training checkpoint, with a clear error when they do not fit."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+
+class CheckpointMismatchError(RuntimeError):
+    pass
+
+
+def load_model_weights(model: nn.Module, path: str) -> dict:
+    """Load ``model.*`` weights of a Lightning checkpoint (weights_only=True); returns the checkpoint."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    state = checkpoint.get("state_dict", checkpoint)
+    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")} or dict(state)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong_shape = sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape)
+    if missing or unexpected or wrong_shape:
+        lines = [f"checkpoint {path} does not fit the model built from this config:"]
+        if wrong_shape:
+            lines.append("  shape mismatch: " + ", ".join(
+                f"{k} {tuple(weights[k].shape)} vs {tuple(expected[k].shape)}" for k in wrong_shape[:5]))
+        if missing:
+            lines.append(f"  missing from checkpoint ({len(missing)}): {missing[:5]}")
+        if unexpected:
+            lines.append(f"  not in model ({len(unexpected)}): {unexpected[:5]}")
+        lines.append("  Use the config the checkpoint was trained with (saved as config.py in its work dir).")
+        raise CheckpointMismatchError("\n".join(lines))
+    model.load_state_dict(weights)
+    return checkpoint

@@ -1,0 +1,1 @@
+"""Metrics shared by validation, tools/test.py and the demo."""

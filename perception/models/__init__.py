@@ -1,0 +1,1 @@
+"""Networks: tensors in, named tensors out. No losses, no targets, no numpy."""

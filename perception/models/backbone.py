@@ -1,0 +1,42 @@
+"""Swin Transformer backbone from timm, returning NCHW feature maps at strides 4/8/16/32."""
+
+from __future__ import annotations
+
+import os
+
+import timm
+import torch
+from torch import nn
+
+
+class SwinBackbone(nn.Module):
+    """timm Swin with ``features_only``; its ``feature_info`` sizes the neck.
+
+    Args:
+        name: timm model name, e.g. ``swin_tiny_patch4_window7_224``.
+        input_size: (H, W) the network is built for (Swin's attention masks depend on it).
+        pretrained_path: local checkpoint of the same timm model (never a hub download).
+        **overrides: architecture overrides passed to timm (embed_dim, depths, num_heads, ...).
+    """
+
+    def __init__(self, name: str, input_size: tuple[int, int], pretrained_path: str | None = None,
+                 drop_path_rate: float = 0.1, **overrides):
+        super().__init__()
+        kwargs = dict(features_only=True, img_size=tuple(input_size), drop_path_rate=drop_path_rate, **overrides)
+        if pretrained_path:
+            if not os.path.isfile(pretrained_path):
+                raise FileNotFoundError(f"backbone pretrained_path {pretrained_path} does not exist; weights are "
+                                        "loaded from local files only (set model.backbone.pretrained_path)")
+            # timm's own loader adapts the checkpoint (relative-position tables, window size).
+            kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=os.path.abspath(pretrained_path)))
+        self.body = timm.create_model(name, **kwargs)
+        self.channels: list[int] = list(self.body.feature_info.channels())
+        self.strides: list[int] = list(self.body.feature_info.reduction())
+        self.output_nhwc = str(getattr(self.body, "output_fmt", "NCHW")).endswith("NHWC")
+
+    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """images [B,3,H,W] -> features [B,C_i,H/s_i,W/s_i] for s_i in self.strides."""
+        features = self.body(images)
+        if self.output_nhwc:  # timm Swin stages are NHWC
+            features = [f.permute(0, 3, 1, 2).contiguous() for f in features]
+        return features

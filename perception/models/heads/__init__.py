@@ -1,0 +1,1 @@
+"""Task heads, one file each. Every head reads the FPN levels and returns named tensors."""

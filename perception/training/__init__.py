@@ -1,0 +1,1 @@
+"""Criteria, the LightningModule, checkpoints and the trainer wiring."""

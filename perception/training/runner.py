@@ -1,0 +1,64 @@
+"""Training entry: resolve the config, build everything, run a Lightning Trainer in a work dir."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from mmengine.config import Config
+
+from perception.build import build_datamodule, build_system
+from perception.config import parse_config
+from perception.training.checkpoint_io import AtomicCheckpointIO
+
+
+def checkpoint_dir(work_dir: str) -> str:
+    return os.path.join(work_dir, "checkpoints")
+
+
+def resolve_resume(work_dir: str, resume: str | bool | None) -> str | None:
+    """``--resume`` alone takes the work dir's last checkpoint; a given path must exist."""
+    if resume is None or resume is False:
+        return None
+    if resume is True or resume == "auto":
+        last = os.path.join(checkpoint_dir(work_dir), "last.ckpt")
+        if os.path.isfile(last):
+            return last
+        candidates = sorted(glob.glob(os.path.join(checkpoint_dir(work_dir), "*.ckpt")), key=os.path.getmtime)
+        if not candidates:
+            raise FileNotFoundError(f"--resume given but {checkpoint_dir(work_dir)} holds no checkpoint; "
+                                    "drop --resume to start fresh")
+        return candidates[-1]
+    if not os.path.isfile(resume):
+        raise FileNotFoundError(f"--resume checkpoint {resume} does not exist (refusing to start from scratch)")
+    return resume
+
+
+def train(cfg: Config, work_dir: str, resume: str | bool | None = None) -> dict:
+    """Train as configured; returns the final logged metrics (floats)."""
+    experiment = parse_config(cfg)
+    os.makedirs(work_dir, exist_ok=True)
+    resolved_path = os.path.join(work_dir, "config.py")
+    cfg.dump(resolved_path)
+    with open(resolved_path) as f:
+        config_text = f.read()
+    ckpt_path = resolve_resume(work_dir, resume)
+    L.seed_everything(experiment.seed, workers=True)
+
+    datamodule = build_datamodule(experiment)
+    system = build_system(experiment, config_text=config_text)
+    callbacks = [
+        ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor="val/drivable_IoU", mode="max",
+                        save_top_k=1, save_last=True, auto_insert_metric_name=False),
+        LearningRateMonitor(logging_interval="step"),
+        TQDMProgressBar(refresh_rate=10),
+    ]
+    loggers = [TensorBoardLogger(work_dir, name="tensorboard", version=""), CSVLogger(work_dir, name="csv", version="")]
+    trainer_args = dict(experiment.trainer)
+    trainer = L.Trainer(default_root_dir=work_dir, callbacks=callbacks, logger=loggers,
+                        plugins=[AtomicCheckpointIO()], **trainer_args)
+    trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}

@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""Evaluate a checkpoint on a nuScenes-format split and write WORK_DIR/metrics.json.
+
+    python tools/test.py configs/demo_synthetic.py work_dirs/demo/checkpoints/last.ckpt --work-dir work_dirs/demo
+    python tools/test.py configs/swin_t_nuscenes.py CKPT --cfg-options data_root=/data/nuscenes --split val
+
+Metrics are flat keys (``drivable/IoU``, ...), computed at the original image resolution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    from mmengine.config import DictAction
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--work-dir", help="where metrics.json goes (default: work_dirs/<config name>)")
+    parser.add_argument("--split", help="split to evaluate (default: the config's val_split)")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from perception.config import ConfigError, load_config, parse_config
+    from perception.data.camera_dataset import ImageReadError
+    from perception.data.label_cache import StaleCacheError
+    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.evaluation.evaluate import evaluate, format_table, write_metrics
+
+    work_dir = args.work_dir or os.path.join("work_dirs", os.path.splitext(os.path.basename(args.config))[0])
+    try:
+        cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
+        metrics = evaluate(cfg, args.checkpoint, split=args.split, batch_size=args.batch_size)
+    except (ConfigError, StaleCacheError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
+            ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    path = write_metrics(metrics, work_dir)
+    print(format_table(metrics))
+    print(f"metrics written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(get_args_parser().parse_args()))
