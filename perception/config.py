@@ -13,8 +13,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin, get_type_hints
 
-from mmengine.config import Config
-
 from perception.data.nuscenes_constants import CAMERAS
 
 
@@ -147,7 +145,7 @@ def _to_plain(value):
     return value
 
 
-def parse_config(cfg: Config | dict) -> ExperimentConfig:
+def parse_config(cfg) -> ExperimentConfig:
     """Typed, validated experiment config from an mmengine Config (or plain dict)."""
     data = {k: v for k, v in _to_plain(cfg).items() if not k.startswith("_")}
     experiment = _parse(ExperimentConfig, data, "")
@@ -187,8 +185,10 @@ def _trainer_class():
     return lightning.Trainer
 
 
-def load_config(path: str, cfg_options: dict | None = None) -> Config:
+def load_config(path: str, cfg_options: dict | None = None):
     """mmengine Config from a file, with ``--cfg-options`` style overrides (``a.b=value``)."""
+    from mmengine.config import Config
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file {path} does not exist")
     cfg = Config.fromfile(path)

@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Training-step rate and FLOPs of the demo config and the real Swin-T config.
+
+    python bench/train_step_rate.py                       # CPU, batch 1, both configs
+    python bench/train_step_rate.py --device cuda --batch-size 2 --precision bf16 --configs configs/swin_t_nuscenes.py
+
+Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
+training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
+memory (on the CPU, the process's peak RSS). The step rate of the demo config is the baseline the others are compared with
+(same run: these machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def count_flops(model, images) -> dict[str, float]:
+    """Forward GFLOPs (2 x MAC) of the whole network and of the backbone alone."""
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as total:
+            model(images)
+        with FlopCounterMode(display=False) as backbone:
+            model.backbone(images)
+    return {"total": total.get_total_flops() / 1e9, "backbone": backbone.get_total_flops() / 1e9}
+
+
+def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> list[float]:
+    """Seconds per training step with the real criteria on random full-resolution targets."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch, _, height, width = images.shape
+    targets = {"drivable": {"valid": torch.ones(batch, dtype=torch.bool, device=device),
+                            "mask": torch.randint(0, 2, (batch, height, width), device=device)}}
+    times = []
+    for i in range(warmup + steps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            outputs = model(images)
+            losses = {}
+            for criterion in criteria.values():
+                losses.update(criterion(outputs, targets))
+            loss = sum(losses.values())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="+", default=["configs/demo_synthetic.py", "configs/swin_t_nuscenes.py"])
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    args = parser.parse_args()
+
+    from perception.build import build_criteria, build_model
+    from perception.config import load_config, parse_config
+
+    dtype = torch.bfloat16 if args.precision == "bf16" else None
+    print(f"device={args.device} batch={args.batch_size} precision={args.precision} threads={torch.get_num_threads()}"
+          f" torch={torch.__version__}")
+    baseline = None
+    for path in args.configs:
+        cfg = parse_config(load_config(path))
+        height, width = cfg.input_size
+        model = build_model(cfg.model, (height, width)).to(args.device).train()
+        images = torch.randn(args.batch_size, 3, height, width, device=args.device)
+        flops = count_flops(model.eval(), images[:1])
+        model.train()
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times = step_times(model, build_criteria(cfg), images, args.steps, args.warmup, args.device, dtype)
+        median = statistics.median(times)
+        baseline = baseline or median
+        line = (f"{os.path.basename(path):<24} {height}x{width}  GFLOPs/img {flops['total']:7.2f} "
+                f"(backbone {flops['backbone']:6.2f}, neck+heads {flops['total'] - flops['backbone']:6.2f} = "
+                f"{(flops['total'] - flops['backbone']) / flops['total']:.0%})  step {median * 1e3:8.1f} ms  "
+                f"{1 / median:6.2f} steps/s  {args.batch_size / median:6.2f} img/s  x{median / baseline:5.2f} vs first")
+        if args.device == "cuda":
+            line += f"  peak mem {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+        else:  # process peak RSS; it only grows, so list configs from small to large
+            line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+        print(line, flush=True)
+        del model, images
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Shared fixtures: small synthetic nuScenes-format datasets written once per test session."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes  # noqa: E402
+
+TINY_MODEL = dict(
+    backbone=dict(name="swin_tiny_patch4_window7_224", embed_dim=32, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8],
+                  drop_path_rate=0.0),
+    neck=dict(channels=32),
+    heads=dict(drivable=dict(channels=32, num_classes=2)),
+)
+
+
+@pytest.fixture(scope="session")
+def small_spec() -> SyntheticSpec:
+    return SyntheticSpec(scenes=3, samples_per_scene=4, cameras=6, image_size=(480, 270), val_scenes=1, seed=3)
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory, small_spec) -> str:
+    """3 scenes x 4 keyframes x 6 cameras at 480x270, splits synthetic_train / synthetic_val."""
+    root = str(tmp_path_factory.mktemp("synthetic_nuscenes"))
+    write_synthetic_nuscenes(root, small_spec)
+    return root
+
+
+def experiment_dict(data_root: str, **overrides) -> dict:
+    """A plain config dict for the tiny model on a synthetic dataset."""
+    cfg = dict(
+        data_root=data_root, version="v1.0-trainval", train_split="synthetic_train", val_split="synthetic_val",
+        input_size=[224, 448], batch_size=4, val_batch_size=8, num_workers=0, model=TINY_MODEL,
+        optimizer=dict(lr=2e-3, weight_decay=0.01, backbone_lr_mult=1.0),
+        scheduler=dict(warmup_steps=5, warmup_ratio=0.1, min_lr_ratio=0.05),
+        trainer=dict(max_steps=3, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
+                     log_every_n_steps=1, limit_val_batches=1, num_sanity_val_steps=0, enable_progress_bar=False,
+                     enable_model_summary=False),
+    )
+    cfg.update(overrides)
+    return cfg

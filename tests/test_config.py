@@ -1,0 +1,47 @@
+"""Config loading: _base_ inheritance, --cfg-options, unknown keys and bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from perception.config import ConfigError, load_config, parse_config
+from tests.conftest import experiment_dict
+
+
+def test_demo_and_swin_t_configs_parse():
+    demo = parse_config(load_config("configs/demo_synthetic.py"))
+    assert demo.model.backbone.embed_dim == 32 and demo.model.neck.channels == 32
+    assert demo.trainer["accelerator"] == "cpu"
+    full = parse_config(load_config("configs/swin_t_nuscenes.py"))
+    assert full.model.backbone.name == "swin_tiny_patch4_window7_224" and full.model.backbone.embed_dim is None
+    assert full.input_size == (448, 896) and len(full.cameras) == 6
+
+
+def test_cfg_options_override_nested_and_trainer_keys():
+    cfg = load_config("configs/demo_synthetic.py", {"trainer.max_steps": 20, "data_root": "/elsewhere",
+                                                    "version": "v1.0-mini", "train_split": "mini_train"})
+    parsed = parse_config(cfg)
+    assert parsed.trainer["max_steps"] == 20 and parsed.data_root == "/elsewhere"
+    assert parsed.version == "v1.0-mini" and parsed.train_split == "mini_train"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"bach_size": 3}, "Did you mean 'batch_size'"),
+    ({"model": {"neck": {"chanels": 8}}}, "model.neck.chanels.*Did you mean 'channels'"),
+    ({"trainer": {"max_step": 3}}, "trainer.max_step.*Did you mean 'max_steps'"),
+    ({"input_size": [230, 448]}, "multiples of 32"),
+    ({"optimizer": {"lr": -1.0}}, "lr > 0"),
+    ({"cameras": ["CAM_FRONT", "CAM_TOP"]}, "unknown cameras"),
+    ({"batch_size": "8"}, "must be int"),
+])
+def test_bad_configs_are_rejected_with_a_clear_message(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(experiment_dict("/data", **overrides))
+
+
+def test_unknown_loss_weight_is_rejected():
+    from perception.build import build_system
+
+    cfg = parse_config(experiment_dict("/data", loss_weights={"drivable_ce": 1.0, "obstacle_giou": 2.0}))
+    with pytest.raises(ValueError, match="obstacle_giou"):
+        build_system(cfg)

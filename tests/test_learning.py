@@ -1,0 +1,50 @@
+"""The tiny model learns: it overfits a few synthetic camera images to a high drivable IoU."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from perception.build import build_system
+from perception.config import parse_config
+from perception.data.camera_dataset import collate_camera_batch
+from perception.data.datamodule import NuScenesDataModule
+from perception.metrics.segmentation import BinaryIoU
+from tests.conftest import experiment_dict
+
+
+@pytest.mark.slow
+def test_tiny_model_overfits_drivable_area(small_dataset):
+    torch.manual_seed(0)
+    cfg = parse_config(experiment_dict(
+        small_dataset, batch_size=4, optimizer=dict(lr=3e-3, weight_decay=0.0, backbone_lr_mult=1.0),
+        scheduler=dict(warmup_steps=10, warmup_ratio=0.1, min_lr_ratio=0.1),
+        trainer=dict(max_steps=160, max_epochs=-1, accelerator="cpu", devices=1, limit_val_batches=0,
+                     num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
+                     logger=False, enable_checkpointing=False)))
+    datamodule = NuScenesDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, list(cfg.cameras),
+                                    cfg.input_size, 4, 8, 0, cache_root=None, scale_range=(1.0, 1.0),
+                                    flip_prob=0.0, photometric=False)
+    train_set = Subset(datamodule.dataset("train"), list(range(0, 48, 6)))  # 8 images, various cameras
+    loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_camera_batch)
+    system = build_system(cfg)
+    untrained = _iou(system, train_set)
+    L.Trainer(**cfg.trainer).fit(system, train_dataloaders=loader)
+    trained = _iou(system, train_set)
+    assert untrained < 0.6
+    assert trained >= 0.9, f"drivable IoU after overfitting: {trained:.3f} (untrained {untrained:.3f})"
+
+
+@torch.no_grad()
+def _iou(system, dataset) -> float:
+    system.eval()
+    metric = BinaryIoU()
+    batch = collate_camera_batch([dataset[i] for i in range(len(dataset))])
+    logits = system(batch["images"])["drivable.logits"]
+    logits = torch.nn.functional.interpolate(logits, size=batch["targets"]["drivable"]["mask"].shape[-2:],
+                                             mode="bilinear")
+    metric.update(logits.argmax(1) == 1, batch["targets"]["drivable"]["mask"])
+    system.train()
+    return metric.compute()["IoU"]

@@ -1,0 +1,56 @@
+"""Backbone, neck and head shapes, NCHW outputs, and local pretrained weights."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from perception.build import build_model
+from perception.config import parse_config
+from perception.models.backbone import SwinBackbone
+from perception.models.fpn import FPN
+from tests.conftest import TINY_MODEL, experiment_dict
+
+TINY_ARCH = dict(embed_dim=32, depths=(1, 1, 2, 1), num_heads=(1, 2, 4, 8))
+
+
+@pytest.mark.parametrize("size", [(224, 448), (448, 224)])
+def test_shapes_at_non_square_sizes(size):
+    cfg = parse_config(experiment_dict("/unused", input_size=list(size)))
+    model = build_model(cfg.model, size).eval()
+    features = model.backbone(torch.randn(2, 3, *size))
+    assert [f.shape[1] for f in features] == model.backbone.channels == [32, 64, 128, 256]
+    for feature, stride in zip(features, model.backbone.strides):
+        assert feature.shape[-2:] == (size[0] // stride, size[1] // stride)  # NCHW, not NHWC
+    levels = model.neck(features)
+    assert all(level.shape[1] == 32 for level in levels)
+    outputs = model(torch.randn(2, 3, *size))
+    assert set(outputs) == {"drivable.logits"}
+    assert outputs["drivable.logits"].shape == (2, 2, size[0] // 4, size[1] // 4)
+
+
+def test_neck_is_sized_from_feature_info():
+    neck = FPN([16, 40, 80, 160], channels=24)
+    levels = neck([torch.randn(1, c, 32 // s, 32 // s) for c, s in zip([16, 40, 80, 160], [1, 2, 4, 8])])
+    assert [tuple(level.shape) for level in levels] == [(1, 24, 32, 32), (1, 24, 16, 16), (1, 24, 8, 8), (1, 24, 4, 4)]
+
+
+def test_pretrained_weights_load_from_a_local_file(tmp_path):
+    reference = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=(224, 448), **TINY_ARCH)
+    path = tmp_path / "swin_tiny_local.pth"
+    torch.save(reference.state_dict(), path)
+    backbone = SwinBackbone("swin_tiny_patch4_window7_224", (224, 448), pretrained_path=str(path), **TINY_ARCH)
+    loaded = dict(backbone.body.named_parameters())
+    name = "layers_2.blocks.1.attn.qkv.weight"
+    assert torch.equal(loaded[name], reference.state_dict()[name.replace("layers_", "layers.")])
+
+
+def test_missing_pretrained_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="pretrained_path"):
+        SwinBackbone("swin_tiny_patch4_window7_224", (224, 224), pretrained_path=str(tmp_path / "nope.pth"),
+                     **TINY_ARCH)
+
+
+def test_tiny_model_config_is_the_demo_model():
+    assert TINY_MODEL["backbone"]["embed_dim"] == 32

@@ -1,0 +1,89 @@
+"""Training smoke run, checkpoints, resume rules, evaluation and checkpoint/config mismatch."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from perception.config import parse_config
+from perception.evaluation.checkpoint import CheckpointMismatchError
+from perception.evaluation.evaluate import evaluate, write_metrics
+from perception.training.runner import resolve_resume, train
+from tests.conftest import experiment_dict
+
+
+@pytest.fixture(scope="module")
+def trained(small_dataset, tmp_path_factory):
+    work_dir = str(tmp_path_factory.mktemp("work"))
+    metrics = train(Config(experiment_dict(small_dataset)), work_dir)
+    return work_dir, metrics
+
+
+def test_training_smoke_run_writes_logs_config_and_checkpoints(trained):
+    work_dir, metrics = trained
+    assert os.path.isfile(os.path.join(work_dir, "config.py"))
+    assert os.path.isfile(os.path.join(work_dir, "checkpoints", "last.ckpt"))
+    assert os.path.isfile(os.path.join(work_dir, "csv", "metrics.csv"))
+    assert os.listdir(os.path.join(work_dir, "tensorboard"))
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("train/"))
+    checkpoint = torch.load(os.path.join(work_dir, "checkpoints", "last.ckpt"), weights_only=True)
+    assert checkpoint["global_step"] == 3
+    assert "input_size" in checkpoint["perception_config"]
+
+
+def test_evaluation_writes_flat_metrics(trained, small_dataset):
+    work_dir, _ = trained
+    cfg = parse_config(experiment_dict(small_dataset))
+    metrics = evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), num_workers=0)
+    assert 0.0 <= metrics["drivable/IoU"] <= 1.0
+    assert metrics["eval/num_images"] == 4 * 6
+    path = write_metrics(metrics, work_dir)
+    assert json.load(open(path))["drivable/IoU"] == pytest.approx(metrics["drivable/IoU"])
+
+
+def test_checkpoint_that_does_not_fit_the_config_is_a_clear_error(trained, small_dataset):
+    work_dir, _ = trained
+    cfg = parse_config(experiment_dict(small_dataset, model=dict(
+        backbone=dict(embed_dim=48, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8]), neck=dict(channels=32),
+        heads=dict(drivable=dict(channels=32)))))
+    with pytest.raises(CheckpointMismatchError, match="shape mismatch.*config the checkpoint was trained with"):
+        evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), num_workers=0)
+
+
+def test_resume_rules(trained, tmp_path):
+    work_dir, _ = trained
+    assert resolve_resume(work_dir, True).endswith("last.ckpt")
+    assert resolve_resume(work_dir, None) is None
+    with pytest.raises(FileNotFoundError, match="refusing to start from scratch"):
+        resolve_resume(work_dir, str(tmp_path / "missing.ckpt"))
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        resolve_resume(str(tmp_path), True)
+
+
+def test_resume_continues_to_max_steps(trained, small_dataset):
+    work_dir, _ = trained
+    train(Config(experiment_dict(small_dataset, trainer=dict(
+        max_steps=5, max_epochs=-1, accelerator="cpu", devices=1, limit_val_batches=1, num_sanity_val_steps=0,
+        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1))), work_dir, resume=True)
+    checkpoint = torch.load(os.path.join(work_dir, "checkpoints", "last.ckpt"), weights_only=True)
+    assert checkpoint["global_step"] == 5
+
+
+def test_atomic_save_keeps_the_previous_checkpoint_on_failure(tmp_path):
+    from perception.training.checkpoint_io import atomic_torch_save
+
+    path = str(tmp_path / "last.ckpt")
+    atomic_torch_save({"step": 1}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_torch_save({"step": 2, "bad": Unpicklable()}, path)
+    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary file left behind

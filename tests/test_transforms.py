@@ -1,0 +1,77 @@
+"""Augmentations keep image, mask, boxes, keypoints and intrinsics consistent."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from perception.data.transforms import CameraTransform, GeometryParams
+from perception.geometry import project_points
+
+INTRINSICS = np.array([[400.0, 0.0, 322.0], [0.0, 400.0, 176.0], [0.0, 0.0, 1.0]])
+POINT = np.array([[-2.5, 0.8, 12.0]])  # camera frame, metres
+
+
+def _scene_image():
+    """A 640x360 image with a bright disc at the projection of POINT, and a mask of that disc."""
+    uv, _ = project_points(POINT, INTRINSICS)
+    image = np.zeros((360, 640, 3), np.uint8)
+    mask = np.zeros((360, 640), np.uint8)
+    centre = (uv[0] * 16).round().astype(int)  # subpixel centre, 4 fractional bits
+    cv2.circle(image, tuple(centre - 8), 6 * 16, (255, 255, 255), -1, lineType=cv2.LINE_AA, shift=4)
+    cv2.circle(mask, tuple(centre - 8), 6 * 16, 1, -1, shift=4)
+    return image, mask, uv
+
+
+def _centroid(gray):
+    weights = gray.astype(np.float64)
+    ys, xs = np.mgrid[0:gray.shape[0], 0:gray.shape[1]]
+    # +0.5: pixel i covers [i, i+1) in the continuous convention the projection uses
+    return np.array([(weights * xs).sum() / weights.sum() + 0.5, (weights * ys).sum() / weights.sum() + 0.5])
+
+
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("scale", [0.55, 0.8])
+def test_projected_point_lands_on_the_same_pixel(flip, scale):
+    image, mask, uv = _scene_image()
+    box = np.array([[uv[0, 0] - 6, uv[0, 1] - 6, uv[0, 0] + 6, uv[0, 1] + 6]])
+    transform = CameraTransform((160, 320), train=True, photometric=False)
+    out = transform(image, mask, box, uv, INTRINSICS, GeometryParams(scale=scale, crop_x=17, crop_y=29, flip=flip))
+    point = POINT.copy()
+    if flip:
+        point[:, 0] *= -1  # the 3D targets are mirrored, fx stays positive
+    assert out["intrinsics"][0, 0] > 0
+    projected, _ = project_points(point, out["intrinsics"])
+    # 1) the image content moved where the new intrinsics project the 3D point
+    assert np.abs(_centroid(out["image"][..., 0]) - projected[0]).max() < 0.35
+    # 2) keypoints, mask and box moved the same way
+    assert np.abs(out["keypoints_uv"][0] - projected[0]).max() < 1e-4
+    assert np.abs(_centroid(out["mask"] == 1) - projected[0]).max() < 0.6
+    box_centre = out["boxes_xyxy"][0].reshape(2, 2).mean(axis=0)
+    assert np.abs(box_centre - projected[0]).max() < 0.6
+
+
+def test_eval_transform_keeps_bottom_rows_and_full_width():
+    transform = CameraTransform((224, 448), train=False)
+    params = transform.sample_params(1600, 900)
+    assert params.scale == pytest.approx(448 / 1600)
+    assert params.crop_x == 0 and params.crop_y == round(900 * 448 / 1600) - 224 and not params.flip
+
+
+def test_boxes_leaving_the_crop_are_dropped_with_their_index():
+    image = np.zeros((360, 640, 3), np.uint8)
+    boxes = np.array([[10, 10, 40, 40], [300, 200, 340, 260]], np.float32)  # first one ends up cropped away
+    out = CameraTransform((160, 320), train=True, photometric=False)(
+        image, None, boxes, boxes[:, :2], INTRINSICS, GeometryParams(0.6, 40, 40, False))
+    assert out["box_indices"].tolist() == [1]
+    assert out["keypoints_uv"].shape == (2, 2)  # keypoints stay aligned with the input boxes
+
+
+def test_padding_marks_unknown_mask_pixels_ignore():
+    image = np.zeros((100, 200, 3), np.uint8)
+    mask = np.ones((100, 200), np.uint8)
+    out = CameraTransform((64, 128), train=True, photometric=False)(
+        image, mask, np.zeros((0, 4)), np.zeros((0, 2)), INTRINSICS, GeometryParams(0.5, 0, 0, False))
+    assert out["mask"].shape == (64, 128)
+    assert np.all(out["mask"][50:] == 255) and np.all(out["mask"][:50, :100] == 1)
