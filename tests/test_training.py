@@ -50,7 +50,7 @@ def test_checkpoint_that_does_not_fit_the_config_is_a_clear_error(trained, small
     cfg = parse_config(experiment_dict(small_dataset, model=dict(
         backbone=dict(embed_dim=48, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8]), neck=dict(channels=32),
         heads=dict(drivable=dict(channels=32)))))
-    with pytest.raises(CheckpointMismatchError, match="shape mismatch.*config the checkpoint was trained with"):
+    with pytest.raises(CheckpointMismatchError, match="(?s)shape mismatch.*config the checkpoint was trained with"):
         evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), num_workers=0)
 
 

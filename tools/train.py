@@ -48,7 +48,8 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, StaleCacheError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print("final metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+    print("final metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())
+                                         if k.startswith(("train/", "val/"))))
     return 0
 
 

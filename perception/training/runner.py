@@ -54,10 +54,11 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None) -> dict:
         ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor="val/drivable_IoU", mode="max",
                         save_top_k=1, save_last=True, auto_insert_metric_name=False),
         LearningRateMonitor(logging_interval="step"),
-        TQDMProgressBar(refresh_rate=10),
     ]
-    loggers = [TensorBoardLogger(work_dir, name="tensorboard", version=""), CSVLogger(work_dir, name="csv", version="")]
     trainer_args = dict(experiment.trainer)
+    if trainer_args.get("enable_progress_bar", True):
+        callbacks.append(TQDMProgressBar(refresh_rate=10))
+    loggers = [TensorBoardLogger(work_dir, name="tensorboard", version=""), CSVLogger(work_dir, name="csv", version="")]
     trainer = L.Trainer(default_root_dir=work_dir, callbacks=callbacks, logger=loggers,
                         plugins=[AtomicCheckpointIO()], **trainer_args)
     trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
