@@ -85,7 +85,7 @@ def camera_calibration(name: str, width: int, height: int) -> tuple[np.ndarray, 
 def _attribute(track: Track, speed: float) -> str | None:
     category = track.category
     if category.startswith("vehicle.motorcycle") or category.startswith("vehicle.bicycle"):
-        return "cycle.with_rider"
+        return "cycle.without_rider" if track.parked else "cycle.with_rider"
     if category.startswith("vehicle."):
         if track.parked:
             return "vehicle.parked"

@@ -50,7 +50,16 @@ def simulate_scene(world: MapWorld, rng: np.random.Generator, times: np.ndarray,
     tracks = _simulate_vehicles(world, rng, times, ego_lane)
     tracks += _simulate_pedestrians(world, rng, times)
     tracks += _static_objects(world, rng, len(times))
+    tracks += _roadside_fleet(world, rng, tracks[0], len(times))
     return tracks
+
+
+# Parked on both verges of the ego car's route (one row per side, packed around the middle of
+# the stretch it drives) so that every scene holds every detection class within eval range.
+ROADSIDE_FLEET = (
+    ("vehicle.bus.rigid", "movable_object.trafficcone", "vehicle.truck", "vehicle.bicycle", "human.pedestrian.adult"),
+    ("vehicle.trailer", "movable_object.barrier", "vehicle.construction", "vehicle.motorcycle", "vehicle.car"),
+)
 
 
 def _simulate_vehicles(world: MapWorld, rng, times, ego_lane) -> list[Track]:
@@ -137,6 +146,31 @@ def _simulate_pedestrians(world: MapWorld, rng, times) -> list[Track]:
                 x, y = x - offset * math.sin(yaw), y + offset * math.cos(yaw)
                 poses[k] = (x, y, size[2] / 2, yaw if direction == 1 else yaw + math.pi)
             tracks.append(Track("human.pedestrian.adult", size, poses, np.full(len(times), speed)))
+    return tracks
+
+
+def _roadside_fleet(world: MapWorld, rng, ego: Track, n_times: int) -> list[Track]:
+    centre = world.centerline
+    samples = centre.sample(0.5)
+    middle = ego.poses[len(ego.poses) // 2, :2]
+    s_middle = int(np.argmin(np.linalg.norm(samples - middle, axis=1))) * centre.length / (len(samples) - 1)
+    sizes = {"movable_object.trafficcone": CONE_SIZE, "movable_object.barrier": BARRIER_SIZE,
+             "human.pedestrian.adult": PEDESTRIAN_SIZE}
+    tracks = []
+    for side, row in zip((-1, 1), ROADSIDE_FLEET):
+        row = [row[i] for i in rng.permutation(len(row))]
+        row_sizes = [_jitter(sizes.get(c) or VEHICLE_TYPES[c][0], rng) for c in row]
+        gap = 1.5
+        length = sum(max(size[:2]) for size in row_sizes) + gap * (len(row) - 1)
+        s = s_middle - length / 2
+        for category, size in zip(row, row_sizes):
+            extent = max(size[:2])  # barriers stand with their long side (width) along the road
+            lateral = side * (ROAD_HALF_WIDTH + WALKWAY_WIDTH + 0.6 + min(size[:2]) / 2)
+            x, y, yaw = centre.pose_at(s + extent / 2)  # arclength on the centre line, then offset sideways
+            x, y = x - lateral * math.sin(yaw), y + lateral * math.cos(yaw)
+            pose = np.array([x, y, size[2] / 2, yaw + (math.pi if rng.random() < 0.5 else 0.0)])
+            tracks.append(Track(category, size, np.tile(pose, (n_times, 1)), np.zeros(n_times), parked=True))
+            s += extent + gap
     return tracks
 
 

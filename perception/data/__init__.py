@@ -1,0 +1,1 @@
+"""Datasets, label caches, augmentation and the LightningDataModule."""

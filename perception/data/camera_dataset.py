@@ -1,0 +1,113 @@
+"""One item per (sample, camera) from a label cache: image, targets per task, and meta."""
+
+from __future__ import annotations
+
+import os
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform
+
+
+class ImageReadError(RuntimeError):
+    pass
+
+
+def read_image_rgb(path: str) -> np.ndarray:
+    """uint8 [H,W,3] RGB; raises ImageReadError naming the file when it is missing or corrupt."""
+    if not os.path.isfile(path):
+        raise ImageReadError(f"camera image {path} does not exist; check data_root and that the dataset is complete")
+    image = cv2.imread(path, cv2.IMREAD_COLOR)
+    if image is None:
+        raise ImageReadError(f"camera image {path} could not be decoded (corrupt or truncated file)")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
+    """uint8 [H,W,3] RGB -> float32 [3,H,W], ImageNet mean/std."""
+    tensor = torch.from_numpy(np.ascontiguousarray(image_rgb)).permute(2, 0, 1).float().div_(255.0)
+    mean = torch.tensor(IMAGENET_MEAN_RGB).view(3, 1, 1)
+    std = torch.tensor(IMAGENET_STD_RGB).view(3, 1, 1)
+    return (tensor - mean) / std
+
+
+class NuScenesCameraDataset(Dataset):
+    """Items: dict(image [3,H,W], targets (per task, with a ``valid`` flag), meta)."""
+
+    def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform):
+        self.data_root = data_root
+        self.infos = infos
+        self.cache_directory = cache_directory
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+    def __getitem__(self, index: int) -> dict:
+        info = self.infos[index]
+        image_path = os.path.join(self.data_root, info["image_path"])
+        image = read_image_rgb(image_path)
+        width, height = info["image_size"]
+        if image.shape[:2] != (height, width):
+            raise ImageReadError(f"camera image {image_path} is {image.shape[1]}x{image.shape[0]} but its "
+                                 f"sample_data record says {width}x{height}")
+        mask_path = os.path.join(self.cache_directory, info["drivable_mask"])
+        mask = cv2.imread(mask_path, cv2.IMREAD_UNCHANGED)
+        if mask is None:
+            raise FileNotFoundError(f"drivable label {mask_path} is missing from the label cache; rebuild the cache")
+        obstacles = info["obstacles"]
+        boxes = np.asarray(obstacles["box2d_xyxy"], np.float32).reshape(-1, 4)
+        centres_uv = np.asarray(obstacles["center_uv"], np.float32).reshape(-1, 2)
+        out = self.transform(image, mask, boxes, centres_uv, np.asarray(info["intrinsics"]))
+        keep = out["box_indices"]
+        flip = out["params"].flip
+
+        centre_cam = np.asarray(obstacles["center_cam"], np.float32).reshape(-1, 3)[keep]
+        yaw = np.asarray(obstacles["yaw_cam"], np.float32).reshape(-1)[keep]
+        velocity = np.asarray(obstacles["velocity_cam"], np.float32).reshape(-1, 2)[keep]
+        if flip:  # mirrored world: x -> -x
+            centre_cam[:, 0] *= -1
+            yaw = -yaw
+            velocity[:, 0] *= -1
+        targets = {
+            "drivable": {"valid": True, "mask": torch.from_numpy(out["mask"].astype(np.int64))},
+            "obstacles": {
+                "valid": True,
+                "boxes_xyxy": torch.from_numpy(out["boxes_xyxy"]),  # input-image pixels
+                "labels": torch.as_tensor(np.asarray(obstacles["label"], np.int64).reshape(-1)[keep]),
+                "center_uv": torch.from_numpy(out["keypoints_uv"][keep]),  # projected 3D centre, input px
+                "center_cam": torch.from_numpy(centre_cam),  # metres, camera frame (x right, y down, z fwd)
+                "size_wlh": torch.as_tensor(np.asarray(obstacles["size_wlh"], np.float32).reshape(-1, 3)[keep]),
+                "yaw": torch.from_numpy(yaw),  # atan2(h_x, h_z) in the camera frame
+                "velocity": torch.from_numpy(velocity),  # (v_x, v_z) m/s, camera frame
+            },
+        }
+        meta = {
+            "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
+            "camera": info["camera"], "image_path": image_path, "orig_size": (width, height),
+            "intrinsics": out["intrinsics"], "ego_from_camera": np.asarray(info["ego_from_camera"]),
+            "global_from_ego": np.asarray(info["global_from_ego"]), "affine": out["affine"], "flipped": flip,
+            "drivable_mask_path": mask_path,
+        }
+        return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}
+
+
+def collate_camera_batch(items: list[dict]) -> dict:
+    """Stack images [B,3,H,W] and dense targets; per-image sparse targets stay lists."""
+    return {
+        "images": torch.stack([item["image"] for item in items]),
+        "targets": {
+            "drivable": {
+                "valid": torch.tensor([bool(item["targets"]["drivable"]["valid"]) for item in items]),
+                "mask": torch.stack([item["targets"]["drivable"]["mask"] for item in items]),  # [B,H,W]
+            },
+            "obstacles": {
+                "valid": torch.tensor([bool(item["targets"]["obstacles"]["valid"]) for item in items]),
+                "per_image": [item["targets"]["obstacles"] for item in items],
+            },
+        },
+        "meta": [item["meta"] for item in items],
+    }

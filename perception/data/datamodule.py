@@ -1,0 +1,87 @@
+"""LightningDataModule over nuScenes-format data (real or synthetic) through the label cache."""
+
+from __future__ import annotations
+
+import os
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+from perception.data.camera_dataset import NuScenesCameraDataset, collate_camera_batch
+from perception.data.label_cache import build_label_cache, default_cache_root, load_label_cache
+from perception.data.transforms import CameraTransform
+
+
+def ensure_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
+                       drivable_max_range: float) -> tuple[list[dict], str]:
+    """Load the cache, building it first if it does not exist. A stale cache raises."""
+    try:
+        return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
+    except FileNotFoundError:
+        build_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
+        return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
+
+
+class NuScenesDataModule(L.LightningDataModule):
+    def __init__(self, data_root: str, version: str, train_split: str, val_split: str, cameras: list[str],
+                 input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
+                 cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
+                 flip_prob: float = 0.5, photometric: bool = True, seed: int = 0):
+        super().__init__()
+        if not os.path.isdir(os.path.join(data_root, version)):
+            raise FileNotFoundError(f"no nuScenes tables at {os.path.join(data_root, version)}: set data_root and "
+                                    "version (e.g. --cfg-options data_root=/data/nuscenes version=v1.0-trainval)")
+        self.data_root = os.path.abspath(data_root)
+        self.version = version
+        self.splits = {"train": train_split, "val": val_split}
+        self.cameras = list(cameras)
+        self.input_size = tuple(input_size)
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size
+        self.num_workers = num_workers
+        self.cache_root = cache_root or default_cache_root(self.data_root)
+        self.drivable_max_range = drivable_max_range
+        self.augment = dict(scale_range=tuple(scale_range), flip_prob=flip_prob, photometric=photometric)
+        self.seed = seed
+        self.datasets: dict[str, NuScenesCameraDataset] = {}
+
+    def dataset(self, stage: str, split: str | None = None) -> NuScenesCameraDataset:
+        split = split or self.splits[stage]
+        infos, directory = ensure_label_cache(self.data_root, self.version, split, self.cameras, self.cache_root,
+                                              self.drivable_max_range)
+        train = stage == "train"
+        transform = CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
+                                    **(self.augment if train else {}))
+        return NuScenesCameraDataset(self.data_root, infos, directory, transform)
+
+    def prepare_data(self) -> None:
+        for split in set(self.splits.values()):
+            ensure_label_cache(self.data_root, self.version, split, self.cameras, self.cache_root,
+                               self.drivable_max_range)
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit"):
+            self.datasets["train"] = self.dataset("train")
+        if stage in (None, "fit", "validate"):
+            self.datasets["val"] = self.dataset("val")
+
+    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle,
+                          num_workers=self.num_workers, collate_fn=collate_camera_batch,
+                          persistent_workers=self.num_workers > 0, worker_init_fn=_seed_worker)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["train"], self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["val"], self.val_batch_size, shuffle=False)
+
+
+def _seed_worker(worker_id: int) -> None:
+    """Give each loader worker its own augmentation stream (numpy RNG state is forked otherwise)."""
+    import numpy as np
+    import torch
+
+    info = torch.utils.data.get_worker_info()
+    seed = int(torch.initial_seed()) % (2**32)
+    info.dataset.transform.rng = np.random.default_rng(seed + worker_id)

@@ -1,0 +1,215 @@
+"""Labels extracted once from nuScenes with the devkit into a versioned, stamped cache.
+
+Layout: <cache_root>/<version>/<split>/{meta.json, infos.json, masks/<sample_data_token>.png}.
+``meta.json`` records what the cache was built from (dataset root, table fingerprints,
+settings, format version). Loading checks it: a cache built from other data or settings
+is an error that says how to rebuild, never silently used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+
+import cv2
+import numpy as np
+from pyquaternion import Quaternion
+
+from perception.data.drivable_projection import DrivableRasterizer, project_drivable_mask
+from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
+from perception.data.splits import scenes_of_split
+from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
+
+CACHE_FORMAT = 1
+FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
+
+
+class StaleCacheError(RuntimeError):
+    pass
+
+
+def default_cache_root(data_root: str) -> str:
+    return os.path.join(data_root, "perception_cache")
+
+
+def cache_dir(cache_root: str, version: str, split: str) -> str:
+    return os.path.join(cache_root, version, split)
+
+
+def _file_stamp(path: str) -> list:
+    stat = os.stat(path)
+    return [os.path.basename(path), stat.st_size, int(stat.st_mtime)]
+
+
+def cache_key(data_root: str, version: str, split: str, cameras, drivable_max_range: float) -> dict:
+    data_root = os.path.abspath(data_root)
+    tables = os.path.join(data_root, version)
+    stamps = [_file_stamp(os.path.join(tables, f"{t}.json")) for t in FINGERPRINT_TABLES]
+    expansion = os.path.join(data_root, "maps", "expansion")
+    if os.path.isdir(expansion):
+        stamps += [_file_stamp(os.path.join(expansion, f)) for f in sorted(os.listdir(expansion))
+                   if f.endswith(".json")]
+    splits = os.path.join(tables, "splits.json")
+    if os.path.isfile(splits):
+        stamps.append(_file_stamp(splits))
+    return {"format": CACHE_FORMAT, "data_root": data_root, "version": version, "split": split,
+            "cameras": list(cameras), "drivable_max_range": float(drivable_max_range),
+            "classes": list(DETECTION_CLASSES), "source_files": stamps}
+
+
+def load_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
+                     drivable_max_range: float) -> tuple[list[dict], str]:
+    """(infos, cache directory); raises FileNotFoundError if missing, StaleCacheError if stale."""
+    directory = cache_dir(cache_root, version, split)
+    meta_path = os.path.join(directory, "meta.json")
+    if not os.path.isfile(meta_path):
+        raise FileNotFoundError(meta_path)
+    with open(meta_path) as f:
+        meta = json.load(f)
+    expected = cache_key(data_root, version, split, cameras, drivable_max_range)
+    differences = [k for k in expected if meta.get("key", {}).get(k) != expected[k]]
+    if differences:
+        details = "; ".join(f"{k}: cache has {meta.get('key', {}).get(k)!r}, config needs {expected[k]!r}"
+                            for k in differences[:3])
+        raise StaleCacheError(
+            f"label cache {directory} was built from other data or settings ({details}). Rebuild it with "
+            f"`python tools/build_label_cache.py CONFIG --split {split} --force` or delete the directory.")
+    with open(os.path.join(directory, "infos.json")) as f:
+        return json.load(f), directory
+
+
+def build_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
+                      drivable_max_range: float = 60.0, nusc=None, verbose: bool = True) -> str:
+    """Extract every (sample, camera) of ``split`` into the cache; returns the cache directory."""
+    from nuscenes.map_expansion.map_api import NuScenesMap
+    from nuscenes.nuscenes import NuScenes
+
+    start = time.time()
+    data_root = os.path.abspath(data_root)
+    unknown = [c for c in cameras if c not in CAMERAS]
+    if unknown:
+        raise ValueError(f"unknown camera names {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    if nusc is None:
+        nusc = NuScenes(version=version, dataroot=data_root, verbose=False)
+    scene_names = set(scenes_of_split(data_root, version, split))
+    known = {s["name"] for s in nusc.scene}
+    missing = sorted(scene_names - known)
+    if len(missing) == len(scene_names):
+        raise ValueError(f"none of the {len(scene_names)} scenes of split {split!r} exist in {data_root}/{version} "
+                         f"(e.g. {missing[:3]}); is version or data_root wrong?")
+    rasterizers: dict[str, DrivableRasterizer] = {}
+    directory = cache_dir(cache_root, version, split)
+    staging = directory + ".building"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(os.path.join(staging, "masks"))
+
+    infos = []
+    for scene in nusc.scene:
+        if scene["name"] not in scene_names:
+            continue
+        location = nusc.get("log", scene["log_token"])["location"]
+        if location not in rasterizers:
+            rasterizers[location] = DrivableRasterizer(NuScenesMap(dataroot=data_root, map_name=location))
+        sample_token = scene["first_sample_token"]
+        while sample_token:
+            sample = nusc.get("sample", sample_token)
+            for camera in cameras:
+                info = _camera_info(nusc, sample, camera, scene["name"], rasterizers[location], staging,
+                                    drivable_max_range)
+                info["location"] = location
+                infos.append(info)
+            sample_token = sample["next"]
+
+    key = cache_key(data_root, version, split, cameras, drivable_max_range)
+    with open(os.path.join(staging, "infos.json"), "w") as f:
+        json.dump(infos, f)
+    with open(os.path.join(staging, "meta.json"), "w") as f:
+        json.dump({"key": key, "num_infos": len(infos), "built_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f, indent=1)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    os.replace(staging, directory)
+    if verbose:
+        print(f"label cache: {len(infos)} camera images of split {split!r} -> {directory} "
+              f"({time.time() - start:.1f} s)")
+    return directory
+
+
+def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: DrivableRasterizer,
+                 staging: str, max_range: float) -> dict:
+    sd = nusc.get("sample_data", sample["data"][camera])
+    calib = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
+    pose = nusc.get("ego_pose", sd["ego_pose_token"])
+    intrinsics = np.array(calib["camera_intrinsic"], dtype=np.float64)
+    ego_from_camera = transform_matrix(calib["rotation"], calib["translation"])
+    global_from_ego = transform_matrix(pose["rotation"], pose["translation"])
+    global_from_camera = global_from_ego @ ego_from_camera
+    width, height = int(sd["width"]), int(sd["height"])
+    if width <= 0 or height <= 0:
+        image = cv2.imread(os.path.join(nusc.dataroot, sd["filename"]), cv2.IMREAD_UNCHANGED)
+        if image is None:
+            raise FileNotFoundError(f"camera image {os.path.join(nusc.dataroot, sd['filename'])} "
+                                    "is missing or unreadable and its sample_data record has no width/height")
+        height, width = image.shape[:2]
+
+    mask = project_drivable_mask(rasterizer, intrinsics, global_from_camera, float(pose["translation"][2]),
+                                 width, height, max_range)
+    mask_name = f"masks/{sd['token']}.png"
+    cv2.imwrite(os.path.join(staging, mask_name), mask)
+
+    obstacles = _obstacles_in_camera(nusc, sample, intrinsics, invert_transform(global_from_camera), width, height)
+    return {
+        "sample_token": sample["token"], "sample_data_token": sd["token"], "camera": camera,
+        "scene_name": scene_name, "timestamp": sd["timestamp"], "image_path": sd["filename"],
+        "image_size": [width, height], "intrinsics": intrinsics.tolist(),
+        "ego_from_camera": ego_from_camera.tolist(), "global_from_ego": global_from_ego.tolist(),
+        "drivable_mask": mask_name, "obstacles": obstacles,
+    }
+
+
+def _obstacles_in_camera(nusc, sample, intrinsics, camera_from_global, width, height) -> dict:
+    """Boxes of the sample seen by this camera, in the camera frame (x right, y down, z forward).
+
+    yaw_cam: heading of the box's length axis in the camera x-z plane, atan2(h_x, h_z) (0 = facing
+    along the optical axis, +pi/2 = facing right). velocity_cam: (v_x, v_z) in m/s.
+    """
+    fields = {k: [] for k in ("center_cam", "size_wlh", "yaw_cam", "velocity_cam", "box2d_xyxy", "center_uv",
+                              "label", "attribute", "num_lidar_pts", "visibility", "annotation_token")}
+    rotation = camera_from_global[:3, :3]
+    for ann_token in sample["anns"]:
+        ann = nusc.get("sample_annotation", ann_token)
+        name = CATEGORY_TO_DETECTION.get(ann["category_name"])
+        if name is None:
+            continue
+        centre = rotation @ np.asarray(ann["translation"]) + camera_from_global[:3, 3]
+        if centre[2] < 0.5:
+            continue
+        box_rotation = rotation @ Quaternion(ann["rotation"]).rotation_matrix
+        corners = box_corners(centre, ann["size"], box_rotation)
+        front = corners[corners[:, 2] > 0.1]
+        if len(front) == 0:
+            continue
+        uv, _ = project_points(front, intrinsics)
+        x0, y0 = np.clip(uv.min(axis=0), 0, [width, height])
+        x1, y1 = np.clip(uv.max(axis=0), 0, [width, height])
+        if (x1 - x0) * (y1 - y0) < 4.0:
+            continue
+        heading = box_rotation[:, 0]
+        velocity = nusc.box_velocity(ann_token)
+        velocity = np.zeros(3) if np.any(np.isnan(velocity)) else rotation @ velocity
+        centre_uv, _ = project_points(centre[None], intrinsics)
+        attribute = nusc.get("attribute", ann["attribute_tokens"][0])["name"] if ann["attribute_tokens"] else ""
+        fields["center_cam"].append(centre.tolist())
+        fields["size_wlh"].append(list(ann["size"]))
+        fields["yaw_cam"].append(math.atan2(heading[0], heading[2]))
+        fields["velocity_cam"].append([float(velocity[0]), float(velocity[2])])
+        fields["box2d_xyxy"].append([float(x0), float(y0), float(x1), float(y1)])
+        fields["center_uv"].append(centre_uv[0].tolist())
+        fields["label"].append(DETECTION_CLASSES.index(name))
+        fields["attribute"].append(attribute)
+        fields["num_lidar_pts"].append(int(ann["num_lidar_pts"]) + int(ann["num_radar_pts"]))
+        fields["visibility"].append(ann["visibility_token"])
+        fields["annotation_token"].append(ann_token)
+    return fields

@@ -1,0 +1,129 @@
+"""Camera-image augmentation that keeps image, mask, 2D boxes, keypoints and intrinsics consistent.
+
+Geometry is resize -> pad -> crop -> optional horizontal flip, with parameters drawn here
+and applied by albumentations to image, mask and boxes (pascal_voc, pixels) together;
+keypoints and intrinsics follow the same affine map, so a 3D point projected with the new
+intrinsics lands on the pixel where its image content moved (tested on rendered images).
+
+A horizontal flip mirrors the world seen by the camera: the intrinsics keep fx > 0 and the
+3D targets are mirrored in the camera frame (x -> -x, yaw -> -yaw, v_x -> -v_x).
+
+Evaluation uses the deterministic version: scale so the width matches, keep the bottom rows
+(the sky is cropped away), no flip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import albumentations as A
+import cv2
+import numpy as np
+
+from perception.data.drivable_projection import IGNORE_INDEX
+
+IMAGENET_MEAN_RGB = (0.485, 0.456, 0.406)
+IMAGENET_STD_RGB = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class GeometryParams:
+    scale: float  # resize factor applied to the original image
+    crop_x: int  # top-left of the crop in the resized (and padded) image
+    crop_y: int
+    flip: bool
+
+    def affine(self, input_width: int) -> np.ndarray:
+        """[3,3] map from original pixel coordinates to network-input pixel coordinates."""
+        matrix = np.array([[self.scale, 0.0, -self.crop_x], [0.0, self.scale, -self.crop_y], [0.0, 0.0, 1.0]])
+        if self.flip:
+            matrix = np.array([[-1.0, 0.0, input_width], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]) @ matrix
+        return matrix
+
+
+class CameraTransform:
+    """Callable producing a dict with the transformed sample (see ``__call__``)."""
+
+    def __init__(self, input_size: tuple[int, int], train: bool, scale_range=(0.9, 1.15), flip_prob: float = 0.5,
+                 photometric: bool = True, seed: int | None = None):
+        self.input_height, self.input_width = input_size
+        self.train = train
+        self.scale_range = scale_range
+        self.flip_prob = flip_prob
+        self.rng = np.random.default_rng(seed)
+        self.photometric = None
+        if train and photometric:
+            self.photometric = A.Compose([
+                A.ColorJitter(brightness=0.25, contrast=0.25, saturation=0.25, hue=0.03, p=0.8),
+                A.GaussNoise(std_range=(0.01, 0.04), p=0.2),
+                A.GaussianBlur(blur_limit=(3, 5), p=0.1),
+            ])
+
+    def sample_params(self, width: int, height: int) -> GeometryParams:
+        base = self.input_width / width
+        if not self.train:
+            scale = base
+            resized_h = int(round(height * scale))
+            return GeometryParams(scale, 0, max(resized_h - self.input_height, 0), False)
+        scale = base * float(self.rng.uniform(*self.scale_range))
+        resized_w, resized_h = int(round(width * scale)), int(round(height * scale))
+        crop_x = int(self.rng.integers(0, max(resized_w - self.input_width, 0) + 1))
+        # Vertically, stay near the bottom: the sky carries little signal.
+        lowest = max(resized_h - self.input_height, 0)
+        crop_y = int(self.rng.integers(max(lowest - int(0.15 * self.input_height), 0), lowest + 1))
+        return GeometryParams(scale, crop_x, crop_y, bool(self.rng.random() < self.flip_prob))
+
+    def __call__(self, image: np.ndarray, mask: np.ndarray | None, boxes_xyxy: np.ndarray, keypoints_uv: np.ndarray,
+                 intrinsics: np.ndarray, params: GeometryParams | None = None) -> dict:
+        """image [H,W,3] uint8 RGB, mask [H,W] uint8 or None, boxes [N,4] xyxy px, keypoints [N,2] px.
+
+        Returns image [h,w,3], mask [h,w], boxes [M,4], box_indices [M] (which input boxes
+        survived), keypoints [N,2], intrinsics [3,3], params, affine [3,3] (orig px -> input px).
+        """
+        height, width = image.shape[:2]
+        params = params or self.sample_params(width, height)
+        resized_w, resized_h = int(round(width * params.scale)), int(round(height * params.scale))
+        geometric = A.Compose(
+            [
+                A.Resize(resized_h, resized_w, interpolation=cv2.INTER_LINEAR, mask_interpolation=cv2.INTER_NEAREST),
+                A.PadIfNeeded(min_height=params.crop_y + self.input_height, min_width=params.crop_x + self.input_width,
+                              position="top_left", border_mode=cv2.BORDER_CONSTANT, fill=0, fill_mask=IGNORE_INDEX),
+                A.Crop(params.crop_x, params.crop_y, params.crop_x + self.input_width,
+                       params.crop_y + self.input_height),
+                A.HorizontalFlip(p=1.0 if params.flip else 0.0),
+            ],
+            bbox_params=A.BboxParams(format="pascal_voc", label_fields=["box_indices"], min_area=4.0, clip=True),
+            strict=True,
+        )
+        inputs = dict(image=image, bboxes=np.asarray(boxes_xyxy, np.float32).reshape(-1, 4),
+                      box_indices=np.arange(len(boxes_xyxy)))
+        if mask is not None:
+            inputs["mask"] = mask
+        out = geometric(**inputs)
+        if self.photometric is not None:
+            out["image"] = self.photometric(image=out["image"])["image"]
+
+        # Intrinsics follow the same scale and crop; a flip moves the principal point and
+        # mirrors the 3D targets instead of negating fx.
+        new_k = np.array(intrinsics, dtype=np.float64).copy()
+        new_k[0] *= params.scale
+        new_k[1] *= params.scale
+        new_k[0, 2] -= params.crop_x
+        new_k[1, 2] -= params.crop_y
+        if params.flip:
+            new_k[0, 2] = self.input_width - new_k[0, 2]
+        # Keypoints go through the same affine as the intrinsics (continuous pixel coordinates,
+        # pixel i covers [i, i+1)); albumentations' keypoint flip uses W - 1 - x instead.
+        affine = params.affine(self.input_width)
+        keypoints = np.asarray(keypoints_uv, np.float64).reshape(-1, 2)
+        keypoints = keypoints @ affine[:2, :2].T + affine[:2, 2]
+        return {
+            "image": out["image"],
+            "mask": out.get("mask"),
+            "boxes_xyxy": np.asarray(out["bboxes"], np.float32).reshape(-1, 4),
+            "box_indices": np.asarray(out["box_indices"], np.int64),
+            "keypoints_uv": keypoints.astype(np.float32),
+            "intrinsics": new_k,
+            "params": params,
+            "affine": affine,
+        }

@@ -1,0 +1,64 @@
+"""Transformer encoder/decoder layers shared by the DETR-style heads and the sequence model."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from perception.models.attention import MultiHeadAttention
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear -> ReLU -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout),
+                                 nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class DecoderLayer(nn.Module):
+    """Self-attention among queries, cross-attention to memory, FFN; residual + post-LayerNorm.
+
+    Positions are added to queries and keys (not values), as in DETR. ``self_mask`` makes the
+    self-attention causal for sequence decoding; ``memory_mask`` hides padded memory tokens.
+    """
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries: torch.Tensor, memory: torch.Tensor, query_pos: torch.Tensor | None = None,
+                memory_pos: torch.Tensor | None = None, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """queries [B,Q,D], memory [B,N,D] (positions alike) -> [B,Q,D]."""
+        q = queries if query_pos is None else queries + query_pos
+        queries = self.norm1(queries + self.dropout(self.self_attn(q, q, queries, self_mask)))
+        q = queries if query_pos is None else queries + query_pos
+        k = memory if memory_pos is None else memory + memory_pos
+        queries = self.norm2(queries + self.dropout(self.cross_attn(q, k, memory, memory_mask)))
+        return self.norm3(queries + self.dropout(self.ffn(queries)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention + FFN with residual + post-LayerNorm."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        q = tokens if pos is None else tokens + pos
+        tokens = self.norm1(tokens + self.dropout(self.self_attn(q, q, tokens, mask)))
+        return self.norm2(tokens + self.dropout(self.ffn(tokens)))
