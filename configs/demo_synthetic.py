@@ -14,7 +14,7 @@ num_workers = 1
 model = dict(
     backbone=dict(embed_dim=32, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], drop_path_rate=0.0),
     neck=dict(channels=32),
-    heads=dict(drivable=dict(channels=32)),
+    heads=dict(drivable=dict(channels=32), obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256)),
 )
 optimizer = dict(lr=2e-3, weight_decay=0.01, backbone_lr_mult=1.0)
 scheduler = dict(warmup_steps=30, warmup_ratio=0.01, min_lr_ratio=0.02)

@@ -9,6 +9,7 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     from perception.models.backbone import SwinBackbone
     from perception.models.fpn import FPN
     from perception.models.heads.drivable import DrivableHead
+    from perception.models.heads.obstacles import ObstacleHead
     from perception.models.perception_model import PerceptionModel
 
     b = cfg.backbone
@@ -20,6 +21,10 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     heads = {}
     if cfg.heads.drivable is not None:
         heads["drivable"] = DrivableHead(neck.channels, cfg.heads.drivable.channels, cfg.heads.drivable.num_classes)
+    if cfg.heads.obstacles is not None:
+        o = cfg.heads.obstacles
+        heads["obstacles"] = ObstacleHead(neck.channels, dim=o.dim, num_queries=o.num_queries, num_layers=o.num_layers,
+                                          num_heads=o.num_heads, ffn_dim=o.ffn_dim, levels=tuple(o.levels))
     if not heads:
         raise ValueError("model.heads enables no head")
     return PerceptionModel(backbone, neck, heads)
@@ -27,10 +32,15 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
 
 def build_criteria(cfg: ExperimentConfig) -> dict:
     from perception.training.drivable_loss import DrivableCriterion
+    from perception.training.matcher import HungarianMatcher
+    from perception.training.obstacle_loss import ObstacleCriterion
 
     criteria = {}
     if cfg.model.heads.drivable is not None:
         criteria["drivable"] = DrivableCriterion()
+    if cfg.model.heads.obstacles is not None:
+        m = cfg.matcher
+        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou))
     return criteria
 
 

@@ -44,8 +44,32 @@ class DrivableHeadConfig:
 
 
 @dataclass
+class ObstacleHeadConfig:
+    dim: int = 128  # decoder width; 64 trains faster on small data
+    num_queries: int = 100
+    num_layers: int = 3
+    num_heads: int = 4
+    ffn_dim: int = 512
+    levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
+
+
+@dataclass
 class HeadsConfig:
     drivable: DrivableHeadConfig | None = field(default_factory=DrivableHeadConfig)
+    obstacles: ObstacleHeadConfig | None = None
+
+
+@dataclass
+class MatcherConfig:
+    cost_class: float = 2.0
+    cost_bbox: float = 5.0
+    cost_giou: float = 2.0
+
+
+@dataclass
+class PostprocessConfig:
+    obstacle_max_per_image: int = 100
+    obstacle_score_threshold: float = 0.05
 
 
 @dataclass
@@ -93,6 +117,8 @@ class ExperimentConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss_weights: dict = field(default_factory=lambda: {"drivable_ce": 1.0, "drivable_dice": 1.0})
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)
+    postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
@@ -174,6 +200,12 @@ def validate(cfg: ExperimentConfig) -> None:
         if key not in trainer_args:
             raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."
                               f"{_did_you_mean(key, trainer_args)}")
+    obstacles = cfg.model.heads.obstacles
+    if obstacles is not None:
+        if not set(obstacles.levels) <= {0, 1, 2, 3} or not obstacles.levels:
+            raise ConfigError(f"model.heads.obstacles.levels must be FPN levels 0-3, got {obstacles.levels}")
+        if obstacles.dim % obstacles.num_heads or obstacles.dim % 8:
+            raise ConfigError(f"model.heads.obstacles.dim {obstacles.dim} must be divisible by num_heads and 8")
     for key, weight in cfg.loss_weights.items():
         if not isinstance(weight, (int, float)) or weight < 0:
             raise ConfigError(f"loss_weights.{key} must be a number >= 0, got {weight!r}")

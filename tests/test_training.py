@@ -38,7 +38,7 @@ def test_training_smoke_run_writes_logs_config_and_checkpoints(trained):
 def test_evaluation_writes_flat_metrics(trained, small_dataset):
     work_dir, _ = trained
     cfg = parse_config(experiment_dict(small_dataset))
-    metrics = evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), num_workers=0)
+    metrics = evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), work_dir, num_workers=0)
     assert 0.0 <= metrics["drivable/IoU"] <= 1.0
     assert metrics["eval/num_images"] == 4 * 6
     path = write_metrics(metrics, work_dir)
@@ -51,7 +51,7 @@ def test_checkpoint_that_does_not_fit_the_config_is_a_clear_error(trained, small
         backbone=dict(embed_dim=48, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8]), neck=dict(channels=32),
         heads=dict(drivable=dict(channels=32)))))
     with pytest.raises(CheckpointMismatchError, match="(?s)shape mismatch.*config the checkpoint was trained with"):
-        evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), num_workers=0)
+        evaluate(cfg, os.path.join(work_dir, "checkpoints", "last.ckpt"), work_dir, num_workers=0)
 
 
 def test_resume_rules(trained, tmp_path):

@@ -4,7 +4,9 @@
     python tools/test.py configs/demo_synthetic.py work_dirs/demo/checkpoints/last.ckpt --work-dir work_dirs/demo
     python tools/test.py configs/swin_t_nuscenes.py CKPT --cfg-options data_root=/data/nuscenes --split val
 
-Metrics are flat keys (``drivable/IoU``, ...), computed at the original image resolution.
+Metrics are flat keys: ``nuscenes/mAP``, ``nuscenes/NDS``, ``nuscenes/mATE`` ... and per-class
+``nuscenes/AP_<class>`` from the official devkit's DetectionEval on the split; ``drivable/IoU``
+at the original image resolution. The nuScenes submission JSON is written beside them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--work-dir", help="where metrics.json goes (default: work_dirs/<config name>)")
     parser.add_argument("--split", help="split to evaluate (default: the config's val_split)")
     parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--format-only", action="store_true",
+                        help="write the nuScenes submission JSON without scoring it (e.g. for the test split)")
+    parser.add_argument("--out", help="submission JSON path (default: WORK_DIR/results_nusc_<split>.json)")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
     return parser
 
@@ -40,7 +45,8 @@ def main(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or os.path.join("work_dirs", os.path.splitext(os.path.basename(args.config))[0])
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
-        metrics = evaluate(cfg, args.checkpoint, split=args.split, batch_size=args.batch_size)
+        metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
+                           format_only=args.format_only, results_path=args.out)
     except (ConfigError, StaleCacheError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
             ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

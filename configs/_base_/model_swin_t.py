@@ -1,8 +1,18 @@
-# Swin-T backbone + FPN + drivable-area head. The neck is kept at 96 channels so that the
-# backbone dominates the cost (an FPN with 256 channels at stride 4 costs more than Swin-T).
+# Swin-T backbone + FPN + drivable-area head + DETR-style 3D obstacle head. The neck is kept
+# at 96 channels so that the backbone dominates the cost (an FPN with 256 channels at stride 4
+# costs more than Swin-T itself).
 model = dict(
     backbone=dict(name="swin_tiny_patch4_window7_224", pretrained_path=None, drop_path_rate=0.2),
     neck=dict(channels=96),
-    heads=dict(drivable=dict(channels=64, num_classes=2)),
+    heads=dict(
+        drivable=dict(channels=64, num_classes=2),
+        obstacles=dict(dim=128, num_queries=100, num_layers=3, num_heads=4, ffn_dim=512, levels=[1, 2, 3]),
+    ),
 )
-loss_weights = dict(drivable_ce=1.0, drivable_dice=1.0)
+loss_weights = dict(
+    drivable_ce=1.0, drivable_dice=1.0,
+    obstacle_cls=2.0, obstacle_l1=5.0, obstacle_giou=2.0, obstacle_center=5.0, obstacle_depth=1.0,
+    obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5,
+)
+matcher = dict(cost_class=2.0, cost_bbox=5.0, cost_giou=2.0)
+postprocess = dict(obstacle_max_per_image=100, obstacle_score_threshold=0.05)

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import Dataset
 
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform
+from perception.models.heads.obstacle_coding import attribute_index
 
 
 class ImageReadError(RuntimeError):
@@ -83,6 +84,9 @@ class NuScenesCameraDataset(Dataset):
                 "size_wlh": torch.as_tensor(np.asarray(obstacles["size_wlh"], np.float32).reshape(-1, 3)[keep]),
                 "yaw": torch.from_numpy(yaw),  # atan2(h_x, h_z) in the camera frame
                 "velocity": torch.from_numpy(velocity),  # (v_x, v_z) m/s, camera frame
+                "attributes": torch.as_tensor([attribute_index(a) for a in obstacles["attribute"]],
+                                              dtype=torch.int64).reshape(-1)[keep],  # -1: none
+                "intrinsics": torch.as_tensor(out["intrinsics"], dtype=torch.float32),  # input image
             },
         }
         meta = {
@@ -107,6 +111,7 @@ def collate_camera_batch(items: list[dict]) -> dict:
             "obstacles": {
                 "valid": torch.tensor([bool(item["targets"]["obstacles"]["valid"]) for item in items]),
                 "per_image": [item["targets"]["obstacles"] for item in items],
+                "input_size": tuple(items[0]["image"].shape[-2:]),  # (H, W)
             },
         },
         "meta": [item["meta"] for item in items],

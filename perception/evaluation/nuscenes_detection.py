@@ -1,0 +1,44 @@
+"""nuScenes detection submission JSON and scoring with the official devkit's DetectionEval."""
+
+from __future__ import annotations
+
+import json
+import os
+
+SUBMISSION_META = {"use_camera": True, "use_lidar": False, "use_radar": False, "use_map": False,
+                   "use_external": False}
+MAX_BOXES_PER_SAMPLE = 500
+
+
+def write_submission(results: dict[str, list[dict]], sample_tokens: list[str], path: str) -> str:
+    """Write the devkit's result format: exactly the split's sample tokens, each present (maybe
+    with no boxes), at most 500 boxes each (the devkit rejects anything else)."""
+    unknown = set(results) - set(sample_tokens)
+    if unknown:
+        raise ValueError(f"{len(unknown)} result sample tokens are not in the split, e.g. {sorted(unknown)[:2]}")
+    body = {token: [dict(box, sample_token=token) for box in results.get(token, [])[:MAX_BOXES_PER_SAMPLE]]
+            for token in sample_tokens}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": SUBMISSION_META, "results": body}, f)
+    return path
+
+
+def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
+                       config_name: str = "detection_cvpr_2019") -> dict[str, float]:
+    """Run DetectionEval on ``split`` (official or custom); flat ``nuscenes/*`` metrics."""
+    from nuscenes.eval.detection.config import config_factory
+    from nuscenes.eval.detection.evaluate import DetectionEval
+
+    evaluation = DetectionEval(nusc, config_factory(config_name), result_path, split, output_dir, verbose=False)
+    metrics, _ = evaluation.evaluate()
+    summary = metrics.serialize()
+    flat = {"nuscenes/mAP": summary["mean_ap"], "nuscenes/NDS": summary["nd_score"]}
+    names = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
+    for key, short in names.items():
+        flat[f"nuscenes/{short}"] = summary["tp_errors"][key]
+    for name, ap in summary["mean_dist_aps"].items():
+        flat[f"nuscenes/AP_{name}"] = ap
+    with open(os.path.join(output_dir, "metrics_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return flat

@@ -1,0 +1,105 @@
+"""Obstacle outputs -> 3D boxes in the camera, ego and global frames -> one set per sample.
+
+NMS-free per image (sigmoid -> top-k over queries x classes), then the cameras of a sample are
+merged in BEV: overlapping views see the same object twice, and the lower-scoring copy of a
+same-class box whose centre lies within ``merge_radius`` metres is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from perception.data.nuscenes_constants import DETECTION_CLASSES
+from perception.models.heads.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
+
+MERGE_RADIUS = {"pedestrian": 0.5, "traffic_cone": 0.4, "barrier": 0.8, "bicycle": 0.7, "motorcycle": 0.8}
+DEFAULT_MERGE_RADIUS = 1.5
+_ALLOWED_ATTRIBUTES = torch.tensor([[a in CLASS_ATTRIBUTES[c] for a in ATTRIBUTE_NAMES] for c in DETECTION_CLASSES])
+
+
+@dataclass
+class CameraBoxes:
+    """Boxes of one image in its camera frame (x right, y down, z forward)."""
+
+    center_cam: np.ndarray  # [N,3] metres
+    size_wlh: np.ndarray  # [N,3] metres
+    yaw_cam: np.ndarray  # [N] atan2(h_x, h_z)
+    velocity_cam: np.ndarray  # [N,2] (v_x, v_z) m/s
+    labels: np.ndarray  # [N] index into DETECTION_CLASSES
+    scores: np.ndarray  # [N]
+    attributes: list[str]  # [N] nuScenes attribute name or ""
+
+
+def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
+                 max_detections: int = 100, score_threshold: float = 0.05) -> CameraBoxes:
+    """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input."""
+    height, width = input_size
+    logits = outputs["obstacles.logits"][index].float()  # (Q, C)
+    num_classes = logits.shape[-1]
+    scores, flat = logits.sigmoid().flatten().topk(min(max_detections, logits.numel()))
+    keep = scores > score_threshold
+    scores, flat = scores[keep], flat[keep]
+    queries, labels = flat // num_classes, flat % num_classes
+    uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
+    fx = float(intrinsics[0, 0])
+    depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)
+    pixels = torch.cat([uv, torch.ones_like(uv[:, :1])], dim=1).numpy()
+    rays = pixels @ np.linalg.inv(intrinsics).T  # z = 1
+    centre = rays * depth.numpy()[:, None]
+    yaw = outputs["obstacles.yaw"][index][queries].float()
+    attribute_logits = outputs["obstacles.attribute"][index][queries].float()
+    allowed = _ALLOWED_ATTRIBUTES[labels]  # (N, A): only the attributes the devkit scores for the class
+    best = attribute_logits.masked_fill(~allowed, float("-inf")).argmax(dim=1)
+    attributes = [ATTRIBUTE_NAMES[b] if ok else "" for b, ok in zip(best.tolist(), allowed.any(dim=1).tolist())]
+    return CameraBoxes(
+        center_cam=centre, size_wlh=outputs["obstacles.size"][index][queries].float().exp().numpy(),
+        yaw_cam=torch.atan2(yaw[:, 0], yaw[:, 1]).numpy(),
+        velocity_cam=outputs["obstacles.velocity"][index][queries].float().numpy(),
+        labels=labels.numpy(), scores=scores.numpy(), attributes=attributes)
+
+
+def to_global(boxes: CameraBoxes, ego_from_camera: np.ndarray, global_from_ego: np.ndarray) -> list[dict]:
+    """Boxes in the global frame as nuScenes detection records (without sample_token).
+
+    The heading (sin yaw, 0, cos yaw) in the camera frame is taken to the global frame and
+    flattened onto the ground plane, so small camera pitch/roll does not tilt the box.
+    """
+    if len(boxes.scores) == 0:
+        return []
+    global_from_camera = global_from_ego @ ego_from_camera
+    rotation = global_from_camera[:3, :3]
+    centre = boxes.center_cam @ rotation.T + global_from_camera[:3, 3]  # (N, 3)
+    zeros = np.zeros_like(boxes.yaw_cam)
+    heading = np.stack([np.sin(boxes.yaw_cam), zeros, np.cos(boxes.yaw_cam)], axis=1) @ rotation.T
+    yaw = np.arctan2(heading[:, 1], heading[:, 0])
+    quaternion = np.stack([np.cos(yaw / 2), zeros, zeros, np.sin(yaw / 2)], axis=1)  # (w, x, y, z) about +z
+    velocity = np.stack([boxes.velocity_cam[:, 0], zeros, boxes.velocity_cam[:, 1]], axis=1) @ rotation.T
+    return [{
+        "translation": centre[i].tolist(), "size": boxes.size_wlh[i].tolist(), "rotation": quaternion[i].tolist(),
+        "velocity": velocity[i, :2].tolist(), "detection_name": DETECTION_CLASSES[int(boxes.labels[i])],
+        "detection_score": float(boxes.scores[i]), "attribute_name": boxes.attributes[i],
+    } for i in range(len(boxes.scores))]
+
+
+def merge_cameras(records: list[dict], max_boxes: int = 500) -> list[dict]:
+    """Greedy BEV de-duplication across the cameras of one sample (highest score first)."""
+    if not records:
+        return []
+    records = sorted(records, key=lambda r: -r["detection_score"])
+    centres = np.array([r["translation"][:2] for r in records])
+    names = np.array([r["detection_name"] for r in records])
+    radius = np.array([MERGE_RADIUS.get(n, DEFAULT_MERGE_RADIUS) for n in names])
+    suppressed = np.zeros(len(records), bool)
+    kept = []
+    for i in range(len(records)):
+        if suppressed[i]:
+            continue
+        kept.append(records[i])
+        if len(kept) == max_boxes:
+            break
+        close = (names == names[i]) & (np.linalg.norm(centres - centres[i], axis=1) < radius[i])
+        suppressed |= close
+    return kept

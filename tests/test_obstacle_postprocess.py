@@ -1,0 +1,60 @@
+"""Decoding obstacle outputs: exact encodings decode to the encoded boxes; camera merge."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from perception.models.heads.obstacle_coding import encode_depth
+from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
+
+
+def test_decode_inverts_the_target_encoding():
+    intrinsics = np.array([[350.0, 0.0, 224.0], [0.0, 350.0, 100.0], [0.0, 0.0, 1.0]])
+    centre = np.array([2.0, 1.2, 14.0])
+    uv = intrinsics @ centre
+    uv = uv[:2] / uv[2]
+    q, c = 5, 10
+    outputs = {
+        "obstacles.logits": torch.full((1, q, c), -8.0),
+        "obstacles.center": torch.zeros(1, q, 2), "obstacles.depth": torch.zeros(1, q),
+        "obstacles.size": torch.zeros(1, q, 3), "obstacles.yaw": torch.zeros(1, q, 2),
+        "obstacles.velocity": torch.zeros(1, q, 2), "obstacles.attribute": torch.zeros(1, q, 8),
+    }
+    outputs["obstacles.logits"][0, 3, 5] = 4.0  # a pedestrian in query 3
+    outputs["obstacles.center"][0, 3] = torch.tensor([uv[0] / 448, uv[1] / 224])
+    outputs["obstacles.depth"][0, 3] = encode_depth(torch.tensor(14.0), torch.tensor(350.0))
+    outputs["obstacles.size"][0, 3] = torch.tensor([0.6, 0.7, 1.8]).log()
+    outputs["obstacles.yaw"][0, 3] = torch.tensor([math.sin(0.4), math.cos(0.4)])
+    outputs["obstacles.attribute"][0, 3, 7] = 3.0  # pedestrian.moving
+    outputs["obstacles.attribute"][0, 3, 0] = 9.0  # vehicle.moving: not allowed for pedestrians
+    boxes = decode_image(outputs, 0, intrinsics, (224, 448), max_detections=10, score_threshold=0.5)
+    assert boxes.labels.tolist() == [5]
+    assert np.allclose(boxes.center_cam[0], centre, atol=1e-4)
+    assert np.allclose(boxes.size_wlh[0], [0.6, 0.7, 1.8], atol=1e-5)
+    assert math.isclose(boxes.yaw_cam[0], 0.4, abs_tol=1e-5)
+    assert boxes.attributes == ["pedestrian.moving"]
+
+    # Camera facing +x of the ego, ego at (100, 50) facing +y: yaw_cam 0 (heading along the
+    # optical axis) is ego +x, i.e. global +y.
+    ego_from_camera = np.eye(4)
+    ego_from_camera[:3, :3] = [[0, 0, 1], [-1, 0, 0], [0, -1, 0]]
+    global_from_ego = np.eye(4)
+    global_from_ego[:3, :3] = [[0, -1, 0], [1, 0, 0], [0, 0, 1]]
+    global_from_ego[:3, 3] = [100.0, 50.0, 0.0]
+    boxes.yaw_cam[:] = 0.0
+    (record,) = to_global(boxes, ego_from_camera, global_from_ego)
+    assert np.allclose(record["translation"], [100.0 + 2.0, 50.0 + 14.0, -1.2], atol=1e-4)
+    assert np.allclose(record["rotation"], [math.cos(math.pi / 4), 0, 0, math.sin(math.pi / 4)], atol=1e-6)
+
+
+def test_merge_removes_cross_camera_duplicates_only():
+    def box(x, y, name, score):
+        return {"translation": [x, y, 0.0], "detection_name": name, "detection_score": score}
+
+    merged = merge_cameras([box(0, 0, "car", 0.5), box(0.6, 0.3, "car", 0.9), box(0.6, 0.3, "pedestrian", 0.4),
+                            box(5, 0, "car", 0.3)])
+    assert [(b["detection_name"], b["detection_score"]) for b in merged] == [
+        ("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
