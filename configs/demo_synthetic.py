@@ -7,7 +7,7 @@ version = "v1.0-trainval"
 train_split = "synthetic_train"
 val_split = "synthetic_val"
 input_size = [224, 448]  # 640x360 -> 448x252 -> keep the bottom 224 rows
-batch_size = 8
+batch_size = 4  # more, cheaper steps learn faster per CPU minute than fewer large ones
 val_batch_size = 16
 num_workers = 1
 
@@ -17,14 +17,15 @@ model = dict(
     heads=dict(drivable=dict(channels=32), obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256)),
 )
 optimizer = dict(lr=2e-3, weight_decay=0.01, backbone_lr_mult=1.0)
-scheduler = dict(warmup_steps=30, warmup_ratio=0.01, min_lr_ratio=0.02)
+scheduler = dict(warmup_steps=50, warmup_ratio=0.01, min_lr_ratio=0.02)
 trainer = dict(
-    max_steps=450,
+    max_steps=800,
+    gradient_clip_val=0.5,  # the DETR head needs it at this learning rate
     max_epochs=-1,
     accelerator="cpu",
     devices=1,
     precision="32-true",
     log_every_n_steps=10,
     check_val_every_n_epoch=None,
-    val_check_interval=150,
+    val_check_interval=400,
 )

@@ -45,11 +45,14 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
 
 
 def build_system(cfg: ExperimentConfig, config_text: str = ""):
+    from perception.training.drivable_loss import DrivableCriterion
+    from perception.training.obstacle_loss import ObstacleCriterion
     from perception.training.system import PerceptionSystem
 
     model = build_model(cfg.model, tuple(cfg.input_size))
+    known = DrivableCriterion.loss_names + ObstacleCriterion.loss_names
     return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text)
+                            config_text=config_text, known_loss_names=known)
 
 
 def build_datamodule(cfg: ExperimentConfig):

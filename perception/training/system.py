@@ -17,15 +17,17 @@ _NO_DECAY = ("norm", "bias", "relative_position_bias_table", "absolute_pos_embed
 
 class PerceptionSystem(L.LightningModule):
     def __init__(self, model: nn.Module, criteria: dict[str, nn.Module], loss_weights: dict[str, float],
-                 optimizer: OptimizerConfig, scheduler: SchedulerConfig, config_text: str = ""):
+                 optimizer: OptimizerConfig, scheduler: SchedulerConfig, config_text: str = "",
+                 known_loss_names: tuple[str, ...] = ()):
         super().__init__()
         self.model = model
         self.criteria = nn.ModuleDict(criteria)
         produced = {name for c in criteria.values() for name in c.loss_names}
-        unknown = set(loss_weights) - produced
+        # Weights of a disabled head are fine (configs inherit them); names no head knows are typos.
+        unknown = set(loss_weights) - produced - set(known_loss_names)
         if unknown:
             raise ValueError(f"loss_weights has keys {sorted(unknown)} that no criterion produces; "
-                             f"losses are {sorted(produced)}")
+                             f"losses are {sorted(produced | set(known_loss_names))}")
         self.loss_weights = {name: float(loss_weights.get(name, 1.0)) for name in produced}
         self.optimizer_cfg = optimizer
         self.scheduler_cfg = scheduler
