@@ -12,7 +12,7 @@ def test_demo_and_swin_t_configs_parse():
     demo = parse_config(load_config("configs/demo_synthetic.py"))
     assert demo.model.backbone.embed_dim == 32 and demo.model.neck.channels == 32
     assert demo.trainer["accelerator"] == "cpu"
-    assert demo.model.heads.obstacles.dim == 64 and demo.model.heads.drivable.channels == 32
+    assert demo.model.heads.obstacles is None and demo.model.heads.drivable.channels == 32
     full = parse_config(load_config("configs/swin_t_nuscenes.py"))
     assert full.model.backbone.name == "swin_tiny_patch4_window7_224" and full.model.backbone.embed_dim is None
     assert full.input_size == (448, 896) and len(full.cameras) == 6
@@ -43,7 +43,7 @@ def test_bad_configs_are_rejected_with_a_clear_message(overrides, message):
 def test_disabling_a_head_keeps_its_inherited_loss_weights_valid():
     from perception.build import build_system
 
-    cfg = parse_config(load_config("configs/demo_synthetic.py", {"model.heads.drivable": None}))
+    cfg = parse_config(load_config("configs/swin_t_nuscenes.py", {"model.heads.drivable": None}))
     system = build_system(cfg)
     assert set(system.criteria) == {"obstacles"}
 
