@@ -51,6 +51,6 @@ def test_disabling_a_head_keeps_its_inherited_loss_weights_valid():
 def test_unknown_loss_weight_is_rejected():
     from perception.build import build_system
 
-    cfg = parse_config(experiment_dict("/data", loss_weights={"drivable_ce": 1.0, "obstacle_giou": 2.0}))
-    with pytest.raises(ValueError, match="obstacle_giou"):
+    cfg = parse_config(experiment_dict("/data", loss_weights={"drivable_ce": 1.0, "obstacle_gou": 2.0}))
+    with pytest.raises(ValueError, match="obstacle_gou"):
         build_system(cfg)
