@@ -74,7 +74,8 @@ def main() -> int:
                   "--work-dir", work, "--cfg-options", f"data_root={data}"]),
     ]
     results = [run_phase(name, command) for name, command in phases]
-    print(f"{'total':<10} wall {sum(r[0] for r in results):7.1f} s   peak RSS {max(r[1] for r in results) / 2**30:5.2f} GiB"
+    wall, peak = sum(r[0] for r in results), max(r[1] for r in results)
+    print(f"{'total':<10} wall {wall:7.1f} s   peak RSS {peak / 2**30:5.2f} GiB"
           " (install not included)")
     return 0
 

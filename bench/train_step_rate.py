@@ -6,8 +6,8 @@
 
 Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
 training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
-memory (on the CPU, the process's peak RSS). The step rate of the demo config is the baseline the others are compared with
-(same run: these machines are noisy).
+memory (on the CPU, the process's peak RSS). The step rate of the demo config is the
+baseline the others are compared with (same run: these machines are noisy).
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def write_synthetic_nuscenes(out_dir: str, spec: SyntheticSpec) -> dict:
         tables["scene"].append(scene["scene"])
         tables["log"].append(scene["log"])
 
-    for i, location in enumerate(locations):
+    for location in locations:
         logs = [s["log"]["token"] for s in scenes if s["log"]["location"] == location]
         if not logs:
             continue
@@ -300,5 +300,5 @@ def write_synthetic_nuscenes(out_dir: str, spec: SyntheticSpec) -> dict:
 
 def build_worlds(spec: SyntheticSpec) -> dict[str, MapWorld]:
     """The worlds a spec generates (for tests that compare labels with the geometry)."""
-    return {loc: build_world(loc, np.random.default_rng(int(np.random.SeedSequence([spec.seed, i]).generate_state(1)[0])))
-            for i, loc in enumerate(spec.locations)}
+    seeds = [int(np.random.SeedSequence([spec.seed, i]).generate_state(1)[0]) for i in range(len(spec.locations))]
+    return {loc: build_world(loc, np.random.default_rng(seed)) for loc, seed in zip(spec.locations, seeds)}
