@@ -58,21 +58,3 @@ def test_merge_removes_cross_camera_duplicates_only():
                             box(5, 0, "car", 0.3)])
     assert [(b["detection_name"], b["detection_score"]) for b in merged] == [
         ("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
-
-
-def test_dense_loss_assigns_tokens_inside_the_box_centre_and_ignores_unlabelled_images():
-    from perception.training.obstacle_loss import ObstacleCriterion
-
-    ys, xs = torch.meshgrid(torch.arange(8) / 8 + 1 / 16, torch.arange(8) / 8 + 1 / 16, indexing="ij")
-    points = torch.stack([xs.flatten(), ys.flatten()], -1)[None].expand(2, -1, -1)  # (2, 64, 2)
-    logits = torch.full((2, 64, 10), -6.0, requires_grad=True)
-    boxes = torch.tensor([0.5, 0.5, 0.1, 0.1]).repeat(2, 64, 1).requires_grad_(True)
-    target = [{"labels": torch.tensor([3]), "boxes": torch.tensor([[0.5, 0.5, 0.6, 0.6]])}]
-    losses = ObstacleCriterion()._dense_losses({"logits": logits[:1], "boxes": boxes[:1], "points": points[:1]},
-                                               target)
-    losses["obstacle_dense_cls"].backward()
-    pushed_up = (logits.grad[0, :, 3] < 0).nonzero().flatten()
-    centres = points[0, pushed_up]
-    assert len(pushed_up) == 4  # the 2x2 tokens within the central half (0.35..0.65) of the box
-    assert ((centres - 0.5).abs() <= 0.15).all()
-    assert logits.grad[1].abs().sum() == 0  # the second image was not passed: no gradient

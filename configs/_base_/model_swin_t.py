@@ -13,7 +13,6 @@ loss_weights = dict(
     drivable_ce=1.0, drivable_dice=1.0,
     obstacle_cls=2.0, obstacle_l1=5.0, obstacle_giou=2.0, obstacle_center=5.0, obstacle_depth=1.0,
     obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5,
-    obstacle_dense_cls=2.0, obstacle_dense_box=2.0,
 )
 matcher = dict(cost_class=2.0, cost_bbox=5.0, cost_giou=2.0)
 postprocess = dict(obstacle_max_per_image=100, obstacle_score_threshold=0.05)

@@ -16,8 +16,7 @@ from perception.models.heads.obstacle_coding import NO_ATTRIBUTE, encode_depth
 from perception.training.matcher import HungarianMatcher
 
 LOSS_NAMES = ("obstacle_cls", "obstacle_l1", "obstacle_giou", "obstacle_center", "obstacle_depth",
-              "obstacle_size", "obstacle_yaw", "obstacle_velocity", "obstacle_attribute", "obstacle_dense_cls",
-              "obstacle_dense_box")
+              "obstacle_size", "obstacle_yaw", "obstacle_velocity", "obstacle_attribute")
 
 
 def _prefixes(outputs: dict) -> list[str]:
@@ -73,44 +72,7 @@ class ObstacleCriterion(nn.Module):
                            if k.startswith(prefix + ".") and k.count(".") == prefix.count(".") + 1}
             for name, value in self._losses(predictions, encoded, num_boxes).items():
                 totals[name] = totals[name] + value
-        if "obstacles.dense.logits" in outputs:
-            dense = {k.split(".")[-1]: outputs[k][valid] for k in
-                     ("obstacles.dense.logits", "obstacles.dense.boxes", "obstacles.dense.points")}
-            totals.update(self._dense_losses(dense, encoded))
         return totals
-
-    def _dense_losses(self, dense: dict[str, torch.Tensor], targets: list[dict]) -> dict[str, torch.Tensor]:
-        """One-to-many: a token is positive for the smallest box whose central half contains it."""
-        logits, boxes, points = dense["logits"], dense["boxes"], dense["points"]  # (B,N,C) (B,N,4) (B,N,2)
-        target_classes = torch.zeros_like(logits)
-        matched_pred, matched_gt = [], []
-        for i, t in enumerate(targets):
-            if len(t["labels"]) == 0:
-                continue
-            gt = t["boxes"]  # (M, 4) cxcywh
-            offset = (points[i][:, None, :] - gt[None, :, :2]).abs()  # (N, M, 2)
-            inside = (offset <= gt[None, :, 2:] / 4).all(-1)  # central half of the box
-            area = (gt[:, 2] * gt[:, 3])[None].expand_as(inside)
-            area = torch.where(inside, area, torch.full_like(area, float("inf")))
-            best_area, owner = area.min(dim=1)  # (N,)
-            positive = torch.isfinite(best_area)
-            # Boxes smaller than the token grid still get their nearest token.
-            nearest = (points[i][:, None, :] - gt[None, :, :2]).norm(dim=-1).argmin(dim=0)  # (M,)
-            positive[nearest] = True
-            owner[nearest] = torch.arange(len(gt), device=gt.device)
-            tokens = positive.nonzero().squeeze(1)
-            target_classes[i, tokens, t["labels"][owner[tokens]]] = 1.0
-            matched_pred.append(boxes[i, tokens])
-            matched_gt.append(gt[owner[tokens]])
-        num_positive = max(sum(len(m) for m in matched_pred), 1)
-        cls = sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma,
-                                 reduction="sum") / num_positive
-        if not matched_pred:
-            return {"obstacle_dense_cls": cls, "obstacle_dense_box": boxes.sum() * 0.0}
-        pred, gt = torch.cat(matched_pred), torch.cat(matched_gt)
-        box = (F.l1_loss(pred, gt, reduction="sum") + generalized_box_iou_loss(
-            box_convert(pred, "cxcywh", "xyxy"), box_convert(gt, "cxcywh", "xyxy"), reduction="sum")) / num_positive
-        return {"obstacle_dense_cls": cls, "obstacle_dense_box": box}
 
     def _losses(self, pred: dict[str, torch.Tensor], targets: list[dict], num_boxes: int) -> dict[str, torch.Tensor]:
         matches = self.matcher(pred["logits"], pred["boxes"], targets)

@@ -119,9 +119,8 @@ class ObstacleHead(nn.Module):
         obstacles.yaw [B,Q,2]        (sin, cos) of yaw_cam
         obstacles.velocity [B,Q,2]   (v_x, v_z) m/s, camera frame
         obstacles.attribute [B,Q,A]  attribute logits
-        In training also ``obstacles.aux{i}.*`` per earlier decoder layer,
-        ``obstacles.enc.{logits,boxes}`` for the selected token proposals and
-        ``obstacles.dense.{logits,boxes,points}`` [B,N,...] for every memory token.
+        In training also ``obstacles.aux{i}.*`` per earlier decoder layer and
+        ``obstacles.enc.{logits,boxes}`` for the selected token proposals.
         """
         memory, memory_pos, anchors = self._memory(levels)
         features = self.enc_output(memory)  # (B, N, D)
@@ -135,11 +134,6 @@ class ObstacleHead(nn.Module):
         if self.training:
             outputs["obstacles.enc.logits"] = enc_logits.gather(1, top[..., None].expand(-1, -1, self.num_classes))
             outputs["obstacles.enc.boxes"] = reference
-            # Every token, for the dense one-to-many loss (many positives per object train the
-            # token scores that query selection depends on much faster than one match each).
-            outputs["obstacles.dense.logits"] = enc_logits
-            outputs["obstacles.dense.boxes"] = enc_boxes
-            outputs["obstacles.dense.points"] = anchors[..., :2].expand(enc_logits.shape[0], -1, -1)
         reference = reference.detach()
         for i, (layer, class_head, box_head) in enumerate(zip(self.layers, self.class_heads, self.box_heads)):
             query_pos = self.query_pos(box_sine_encoding(reference, self.dim))
