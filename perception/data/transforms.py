@@ -103,18 +103,13 @@ class CameraTransform:
         if self.photometric is not None:
             out["image"] = self.photometric(image=out["image"])["image"]
 
-        # Intrinsics follow the same scale and crop; a flip moves the principal point and
-        # mirrors the 3D targets instead of negating fx.
-        new_k = np.array(intrinsics, dtype=np.float64).copy()
-        new_k[0] *= params.scale
-        new_k[1] *= params.scale
-        new_k[0, 2] -= params.crop_x
-        new_k[1, 2] -= params.crop_y
-        if params.flip:
-            new_k[0, 2] = self.input_width - new_k[0, 2]
-        # Keypoints go through the same affine as the intrinsics (continuous pixel coordinates,
-        # pixel i covers [i, i+1)); albumentations' keypoint flip uses W - 1 - x instead.
+        # Intrinsics and keypoints follow the same affine (continuous pixel coordinates, pixel i
+        # covers [i, i+1); albumentations' keypoint flip uses W - 1 - x instead). A flip is absorbed
+        # by mirroring the 3D targets (x -> -x), so fx stays positive.
         affine = params.affine(self.input_width)
+        new_k = affine @ np.asarray(intrinsics, dtype=np.float64)
+        if params.flip:
+            new_k = new_k @ np.diag([-1.0, 1.0, 1.0])
         keypoints = np.asarray(keypoints_uv, np.float64).reshape(-1, 2)
         keypoints = keypoints @ affine[:2, :2].T + affine[:2, 2]
         return {
