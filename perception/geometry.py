@@ -88,3 +88,32 @@ def rays_to_ground(
         t = np.where(dz < -1e-9, (ground_z - origin[2]) / dz, -1.0)
     points = origin + directions * t[..., None]
     return points, t
+
+
+def polygon_mask(shape: tuple[int, int], geometries, origin=(0.0, 0.0), resolution: float = 0.1,
+                 shift: int = 3) -> np.ndarray:
+    """Boolean raster [rows, cols] covered by shapely (multi)polygons, each without its holes.
+
+    Cell (row, col) spans y in origin_y + row * resolution (+resolution), x likewise; vertices are
+    drawn with ``shift`` fractional bits. Non-polygon parts (lines, points from an intersection)
+    are skipped.
+    """
+    import cv2
+
+    origin = np.asarray(origin, dtype=np.float64)
+
+    def cells(coords) -> np.ndarray:
+        return np.round((np.asarray(coords)[:, :2] - origin) / resolution * (1 << shift)).astype(np.int32)
+
+    covered = np.zeros(shape, bool)
+    polygon = np.zeros(shape, np.uint8)
+    for geometry in geometries if isinstance(geometries, (list, tuple)) else [geometries]:
+        for part in getattr(geometry, "geoms", [geometry]):
+            if part.is_empty or part.geom_type != "Polygon":
+                continue
+            polygon[:] = 0
+            cv2.fillPoly(polygon, [cells(part.exterior.coords)], 1, shift=shift)
+            for hole in part.interiors:
+                cv2.fillPoly(polygon, [cells(hole.coords)], 0, shift=shift)
+            covered |= polygon.astype(bool)
+    return covered

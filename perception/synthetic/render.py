@@ -13,7 +13,14 @@ import math
 import cv2
 import numpy as np
 
-from perception.geometry import apply_transform, box_corners, invert_transform, pixel_rays, rays_to_ground
+from perception.geometry import (
+    apply_transform,
+    box_corners,
+    invert_transform,
+    pixel_rays,
+    polygon_mask,
+    rays_to_ground,
+)
 from perception.synthetic.world import LIGHT_STATES, MapWorld
 
 RASTER_RESOLUTION = 0.1  # metres per ground-raster pixel
@@ -77,12 +84,7 @@ def _to_pixels(coords) -> np.ndarray:
 
 def _fill(raster, geometry, value) -> None:
     """Paint a (multi)polygon with holes onto the raster, leaving the holes untouched."""
-    mask = np.zeros(raster.shape, np.uint8)
-    for polygon in getattr(geometry, "geoms", [geometry]):
-        cv2.fillPoly(mask, [_to_pixels(polygon.exterior.coords)], 1, shift=SHIFT)
-        for hole in polygon.interiors:
-            cv2.fillPoly(mask, [_to_pixels(hole.coords)], 0, shift=SHIFT)
-    raster[mask.astype(bool)] = value
+    raster[polygon_mask(raster.shape, geometry, resolution=RASTER_RESOLUTION, shift=SHIFT)] = value
 
 
 def _polyline(raster, points, value, width_m, dash=None) -> None:
