@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perception.synthetic.world import ROAD_HALF_WIDTH, WALKWAY_WIDTH, MapWorld
+from perception.synthetic.world import ROAD_HALF_WIDTH, WALKWAY_WIDTH, MapWorld, nearest_arclength
 
 # category: (mean size [w, l, h], share of moving vehicles)
 VEHICLE_TYPES = {
@@ -151,9 +151,7 @@ def _simulate_pedestrians(world: MapWorld, rng, times) -> list[Track]:
 
 def _roadside_fleet(world: MapWorld, rng, ego: Track, n_times: int) -> list[Track]:
     centre = world.centerline
-    samples = centre.sample(0.5)
-    middle = ego.poses[len(ego.poses) // 2, :2]
-    s_middle = int(np.argmin(np.linalg.norm(samples - middle, axis=1))) * centre.length / (len(samples) - 1)
+    s_middle = nearest_arclength(centre, ego.poses[len(ego.poses) // 2, :2])
     sizes = {"movable_object.trafficcone": CONE_SIZE, "movable_object.barrier": BARRIER_SIZE,
              "human.pedestrian.adult": PEDESTRIAN_SIZE}
     tracks = []
@@ -164,7 +162,7 @@ def _roadside_fleet(world: MapWorld, rng, ego: Track, n_times: int) -> list[Trac
         length = sum(max(size[:2]) for size in row_sizes) + gap * (len(row) - 1)
         s = s_middle - length / 2
         for category, size in zip(row, row_sizes):
-            extent = max(size[:2])  # barriers stand with their long side (width) along the road
+            extent = max(size[:2])  # room along the road whichever way the box is turned
             lateral = side * (ROAD_HALF_WIDTH + WALKWAY_WIDTH + 0.6 + min(size[:2]) / 2)
             x, y, yaw = centre.pose_at(s + extent / 2)  # arclength on the centre line, then offset sideways
             x, y = x - lateral * math.sin(yaw), y + lateral * math.cos(yaw)

@@ -77,7 +77,8 @@ def _band(path: LoopPath, inner: float, outer: float, spacing: float = 1.0) -> P
     return Polygon(ring_outer).symmetric_difference(Polygon(ring_inner)).buffer(0)
 
 
-def _nearest_s(path: LoopPath, point: np.ndarray, spacing: float = 0.5) -> float:
+def nearest_arclength(path: LoopPath, point: np.ndarray, spacing: float = 0.5) -> float:
+    """Arclength s of the path sample (every ~``spacing`` m) closest to ``point`` [2+]."""
     samples = path.sample(spacing)
     index = int(np.argmin(np.linalg.norm(samples - point[None, :2], axis=1)))
     return index * path.length / (len(samples) - 1)
@@ -151,7 +152,7 @@ def build_world(location: str, rng: np.random.Generator) -> MapWorld:
             lights.append(TrafficLight(np.array([pole[0], pole[1], 4.6]), facing, phase))
             for lane in lanes:
                 if lane.direction == direction:
-                    lane.stop_s.append(_nearest_s(lane.path, stop_centre - lane_side * 0 + lane_side * 0))
+                    lane.stop_s.append(nearest_arclength(lane.path, stop_centre))
                     lane.light_index.append(len(lights) - 1)
 
     return MapWorld(
