@@ -27,12 +27,14 @@ def read_image_rgb(path: str) -> np.ndarray:
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
+_MEAN = torch.tensor(IMAGENET_MEAN_RGB).view(3, 1, 1)
+_STD = torch.tensor(IMAGENET_STD_RGB).view(3, 1, 1)
+
+
 def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
     """uint8 [H,W,3] RGB -> float32 [3,H,W], ImageNet mean/std."""
     tensor = torch.from_numpy(np.ascontiguousarray(image_rgb)).permute(2, 0, 1).float().div_(255.0)
-    mean = torch.tensor(IMAGENET_MEAN_RGB).view(3, 1, 1)
-    std = torch.tensor(IMAGENET_STD_RGB).view(3, 1, 1)
-    return (tensor - mean) / std
+    return (tensor - _MEAN) / _STD
 
 
 class NuScenesCameraDataset(Dataset):

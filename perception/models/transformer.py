@@ -1,4 +1,4 @@
-"""Transformer encoder/decoder layers shared by the DETR-style heads and the sequence model."""
+"""Transformer layers shared by the DETR-style heads (and the sequence model to come)."""
 
 from __future__ import annotations
 
@@ -45,20 +45,3 @@ class DecoderLayer(nn.Module):
         k = memory if memory_pos is None else memory + memory_pos
         queries = self.norm2(queries + self.dropout(self.cross_attn(q, k, memory, memory_mask)))
         return self.norm3(queries + self.dropout(self.ffn(queries)))
-
-
-class EncoderLayer(nn.Module):
-    """Self-attention + FFN with residual + post-LayerNorm."""
-
-    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
-        self.ffn = FeedForward(dim, ffn_dim, dropout)
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        q = tokens if pos is None else tokens + pos
-        tokens = self.norm1(tokens + self.dropout(self.self_attn(q, q, tokens, mask)))
-        return self.norm2(tokens + self.dropout(self.ffn(tokens)))

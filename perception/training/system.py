@@ -10,6 +10,7 @@ from torch import nn
 
 from perception.config import OptimizerConfig, SchedulerConfig
 from perception.metrics.segmentation import BinaryIoU
+from perception.postprocess.drivable import drivable_probability
 
 # Parameters that should not be decayed: norms, biases, Swin's position tables.
 _NO_DECAY = ("norm", "bias", "relative_position_bias_table", "absolute_pos_embed")
@@ -63,15 +64,13 @@ class PerceptionSystem(L.LightningModule):
         if "drivable.logits" in outputs:
             target = batch["targets"]["drivable"]
             valid = target["valid"]
-            logits = torch.nn.functional.interpolate(outputs["drivable.logits"], size=target["mask"].shape[-2:],
-                                                     mode="bilinear", align_corners=False)
-            self.val_drivable.update(logits.argmax(1)[valid] == 1, target["mask"][valid])
+            probability = drivable_probability(outputs["drivable.logits"], target["mask"].shape[-2:])
+            self.val_drivable.update(probability[valid] > 0.5, target["mask"][valid])
 
     def on_validation_epoch_end(self) -> None:
-        metrics = self.val_drivable.compute()
+        iou = self.val_drivable.compute()["IoU"]
         self.val_drivable.reset()
-        counts = torch.tensor([metrics["IoU"]], device=self.device)
-        self.log("val/drivable_IoU", counts[0], prog_bar=True, sync_dist=True)
+        self.log("val/drivable_IoU", torch.tensor(iou, device=self.device), prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
         cfg = self.optimizer_cfg
