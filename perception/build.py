@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perception.config import ExperimentConfig, ModelConfig
+from perception.config import ExperimentConfig, ModelConfig, MotionExperimentConfig
 
 
 def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
@@ -44,7 +44,12 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
     return criteria
 
 
-def build_system(cfg: ExperimentConfig, config_text: str = ""):
+def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: str = ""):
+    if isinstance(cfg, MotionExperimentConfig):
+        from perception.training.motion_system import MotionSystem
+
+        return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
+                            config_text=config_text)
     from perception.training.drivable_loss import DrivableCriterion
     from perception.training.obstacle_loss import ObstacleCriterion
     from perception.training.system import PerceptionSystem
@@ -55,7 +60,13 @@ def build_system(cfg: ExperimentConfig, config_text: str = ""):
                             config_text=config_text, known_loss_names=known)
 
 
-def build_datamodule(cfg: ExperimentConfig):
+def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
+    if isinstance(cfg, MotionExperimentConfig):
+        from perception.data.motion_datamodule import MotionDataModule
+
+        return MotionDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, motion_settings(cfg),
+                                cfg.data.use_map, cfg.batch_size, cfg.val_batch_size, cfg.num_workers,
+                                cfg.cache_root, cfg.data.mirror_prob, cfg.seed)
     from perception.data.datamodule import NuScenesDataModule
 
     return NuScenesDataModule(
@@ -64,3 +75,28 @@ def build_datamodule(cfg: ExperimentConfig):
         val_batch_size=cfg.val_batch_size, num_workers=cfg.num_workers, cache_root=cfg.cache_root,
         drivable_max_range=cfg.drivable_max_range, scale_range=cfg.augment.scale_range,
         flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric, seed=cfg.seed)
+
+
+def motion_settings(cfg: MotionExperimentConfig):
+    from perception.data.motion_samples import MotionDataSettings
+
+    d = cfg.data
+    return MotionDataSettings(past_seconds=d.past_seconds, future_seconds=d.future_seconds, map_radius=d.map_radius,
+                              max_lanes=d.max_lanes, lane_points=d.lane_points, lane_resolution=d.lane_resolution)
+
+
+def build_motion_model(cfg: MotionExperimentConfig):
+    from perception.models.trajectory_transformer import TrajectoryTransformer
+
+    settings, m = motion_settings(cfg), cfg.model
+    return TrajectoryTransformer(past_steps=settings.past_steps, future_steps=settings.future_steps,
+                                 lane_points=settings.lane_points, dim=m.dim, num_heads=m.num_heads,
+                                 ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers,
+                                 decoder_layers=m.decoder_layers, num_modes=m.num_modes, dropout=m.dropout)
+
+
+def checkpoint_monitor(cfg: ExperimentConfig | MotionExperimentConfig) -> tuple[str, str]:
+    """(validation metric that picks best.ckpt, "min" or "max")."""
+    if isinstance(cfg, MotionExperimentConfig):
+        return "val/motion_minADE_5", "min"
+    return "val/drivable_IoU", "max"

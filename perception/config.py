@@ -103,6 +103,8 @@ class SchedulerConfig:
 
 @dataclass
 class ExperimentConfig:
+    """Camera perception (drivable area, obstacles): the default task."""
+
     data_root: str
     version: str
     train_split: str
@@ -123,6 +125,57 @@ class ExperimentConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
     seed: int = 0
+    task: str = "perception"
+
+
+@dataclass
+class MotionDataConfig:
+    past_seconds: float = 2.0
+    future_seconds: float = 6.0  # the nuScenes prediction challenge horizon
+    use_map: bool = True  # lane centrelines near the agent as extra encoder tokens
+    map_radius: float = 50.0
+    max_lanes: int = 32
+    lane_points: int = 10
+    lane_resolution: float = 2.0
+    mirror_prob: float = 0.5  # training augmentation: mirror the agent frame left-right
+
+
+@dataclass
+class MotionModelConfig:
+    dim: int = 64
+    num_heads: int = 4
+    ffn_dim: int = 256
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    num_modes: int = 5
+    dropout: float = 0.0
+
+
+@dataclass
+class MotionExperimentConfig:
+    """Trajectory forecasting (``task = "motion"``) on nuScenes prediction-challenge agents."""
+
+    task: str
+    data_root: str
+    version: str
+    train_split: str
+    val_split: str
+    cache_root: str | None = None  # default <data_root>/perception_cache
+    data: MotionDataConfig = field(default_factory=MotionDataConfig)
+    model: MotionModelConfig = field(default_factory=MotionModelConfig)
+    # motion_reg_self_fed = 0 turns off the pass on the model's own rollout (pure teacher forcing)
+    loss_weights: dict = field(default_factory=lambda: {"motion_reg": 1.0, "motion_reg_self_fed": 1.0,
+                                                        "motion_cls": 0.5})
+    batch_size: int = 64
+    val_batch_size: int = 256
+    num_workers: int = 0
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    seed: int = 0
+
+
+TASKS = ("perception", "motion")
 
 
 def _did_you_mean(key: str, allowed) -> str:
@@ -171,16 +224,62 @@ def _to_plain(value):
     return value
 
 
-def parse_config(cfg) -> ExperimentConfig:
-    """Typed, validated experiment config from an mmengine Config (or plain dict)."""
+def parse_config(cfg) -> ExperimentConfig | MotionExperimentConfig:
+    """Typed, validated experiment config from an mmengine Config (or plain dict); ``task`` picks the type."""
     data = {k: v for k, v in _to_plain(cfg).items() if not k.startswith("_")}
+    task = data.get("task", "perception")
+    if task not in TASKS:
+        raise ConfigError(f"config key 'task' must be one of {list(TASKS)}, got {task!r}")
+    if task == "motion":
+        experiment = _parse(MotionExperimentConfig, data, "")
+        validate_motion(experiment)
+        return experiment
     experiment = _parse(ExperimentConfig, data, "")
     validate(experiment)
     return experiment
 
 
+def _validate_training(cfg) -> None:
+    """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
+    if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
+        raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
+    if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
+        raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
+    trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
+    for key in cfg.trainer:
+        if key not in trainer_args:
+            raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."
+                              f"{_did_you_mean(key, trainer_args)}")
+    for key, weight in cfg.loss_weights.items():
+        if not isinstance(weight, (int, float)) or weight < 0:
+            raise ConfigError(f"loss_weights.{key} must be a number >= 0, got {weight!r}")
+
+
+def validate_motion(cfg: MotionExperimentConfig) -> None:
+    _validate_training(cfg)
+    d, m = cfg.data, cfg.model
+    for name in ("past_seconds", "future_seconds"):
+        seconds = getattr(d, name)
+        if seconds <= 0 or abs(seconds * 2 - round(seconds * 2)) > 1e-9:
+            raise ConfigError(f"data.{name} must be a positive multiple of 0.5 s (nuScenes keyframes are 2 Hz), "
+                              f"got {seconds}")
+    if d.max_lanes < 1 or d.lane_points < 2 or d.lane_resolution <= 0 or d.map_radius <= 0:
+        raise ConfigError("data needs max_lanes >= 1, lane_points >= 2, lane_resolution > 0 and map_radius > 0")
+    if not 0 <= d.mirror_prob <= 1:
+        raise ConfigError(f"data.mirror_prob must be in [0, 1], got {d.mirror_prob}")
+    if m.dim % m.num_heads or m.dim % 2:
+        raise ConfigError(f"model.dim {m.dim} must be even and divisible by model.num_heads {m.num_heads}")
+    if m.num_modes < 1 or m.encoder_layers < 1 or m.decoder_layers < 1:
+        raise ConfigError("model needs num_modes, encoder_layers and decoder_layers >= 1")
+    known = {"motion_reg", "motion_reg_self_fed", "motion_cls"}
+    unknown = set(cfg.loss_weights) - known
+    if unknown:
+        raise ConfigError(f"loss_weights has keys {sorted(unknown)}; motion losses are {sorted(known)}")
+
+
 def validate(cfg: ExperimentConfig) -> None:
     """Reject values that would only fail (or silently misbehave) later."""
+    _validate_training(cfg)
     height, width = cfg.input_size
     if height % 32 or width % 32 or height <= 0 or width <= 0:
         raise ConfigError(f"input_size {list(cfg.input_size)} must be positive multiples of 32 (Swin patch 4 x "
@@ -188,27 +287,15 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in cfg.cameras if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
-    if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
-        raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
-    if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
-        raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     low, high = cfg.augment.scale_range
     if not 0 < low <= high:
         raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")
-    trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
-    for key in cfg.trainer:
-        if key not in trainer_args:
-            raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."
-                              f"{_did_you_mean(key, trainer_args)}")
     obstacles = cfg.model.heads.obstacles
     if obstacles is not None:
         if not set(obstacles.levels) <= {0, 1, 2, 3} or not obstacles.levels:
             raise ConfigError(f"model.heads.obstacles.levels must be FPN levels 0-3, got {obstacles.levels}")
         if obstacles.dim % obstacles.num_heads or obstacles.dim % 8:
             raise ConfigError(f"model.heads.obstacles.dim {obstacles.dim} must be divisible by num_heads and 8")
-    for key, weight in cfg.loss_weights.items():
-        if not isinstance(weight, (int, float)) or weight < 0:
-            raise ConfigError(f"loss_weights.{key} must be a number >= 0, got {weight!r}")
 
 
 def _trainer_class():

@@ -22,7 +22,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("out", help="dataset root to write (created)")
     parser.add_argument("--scenes", type=int, default=10)
     parser.add_argument("--samples-per-scene", type=int, default=16, help="keyframes per scene (2 Hz)")
-    parser.add_argument("--cameras", type=int, choices=(1, 6), default=6)
+    parser.add_argument("--cameras", type=int, choices=(0, 1, 6), default=6,
+                        help="cameras per sample; 0 writes no images (enough for motion forecasting)")
     parser.add_argument("--image-size", default="800x450", help="WxH of the camera images")
     parser.add_argument("--val-scenes", type=int, default=2, help="scenes in the validation split (the last ones)")
     parser.add_argument("--version", default="v1.0-trainval", help="table folder name, e.g. v1.0-trainval, v1.0-mini")

@@ -39,7 +39,7 @@ def cache_dir(cache_root: str, version: str, split: str) -> str:
     return os.path.join(cache_root, version, split)
 
 
-def _file_stamp(path: str) -> list:
+def file_stamp(path: str) -> list:
     stat = os.stat(path)
     return [os.path.basename(path), stat.st_size, int(stat.st_mtime)]
 
@@ -47,14 +47,14 @@ def _file_stamp(path: str) -> list:
 def cache_key(data_root: str, version: str, split: str, cameras, drivable_max_range: float) -> dict:
     data_root = os.path.abspath(data_root)
     tables = os.path.join(data_root, version)
-    stamps = [_file_stamp(os.path.join(tables, f"{t}.json")) for t in FINGERPRINT_TABLES]
+    stamps = [file_stamp(os.path.join(tables, f"{t}.json")) for t in FINGERPRINT_TABLES]
     expansion = os.path.join(data_root, "maps", "expansion")
     if os.path.isdir(expansion):
-        stamps += [_file_stamp(os.path.join(expansion, f)) for f in sorted(os.listdir(expansion))
+        stamps += [file_stamp(os.path.join(expansion, f)) for f in sorted(os.listdir(expansion))
                    if f.endswith(".json")]
     splits = os.path.join(tables, "splits.json")
     if os.path.isfile(splits):
-        stamps.append(_file_stamp(splits))
+        stamps.append(file_stamp(splits))
     return {"format": CACHE_FORMAT, "data_root": data_root, "version": version, "split": split,
             "cameras": list(cameras), "drivable_max_range": float(drivable_max_range),
             "classes": list(DETECTION_CLASSES), "source_files": stamps}

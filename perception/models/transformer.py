@@ -1,4 +1,4 @@
-"""Transformer layers shared by the DETR-style heads (and the sequence model to come)."""
+"""Transformer layers shared by the DETR-style heads and the trajectory forecaster."""
 
 from __future__ import annotations
 
@@ -18,6 +18,28 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the tokens, FFN; residual + post-LayerNorm (Vaswani et al. 2017).
+
+    ``pos`` is added to queries and keys only; ``mask`` (bool, True = may attend, broadcastable
+    to [B, heads, N, N]) hides padded tokens.
+    """
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B,N,D] -> [B,N,D]."""
+        q = tokens if pos is None else tokens + pos
+        tokens = self.norm1(tokens + self.dropout(self.self_attn(q, q, tokens, mask)))
+        return self.norm2(tokens + self.dropout(self.ffn(tokens)))
 
 
 class DecoderLayer(nn.Module):

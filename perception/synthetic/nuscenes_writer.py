@@ -22,6 +22,7 @@ from pyquaternion import Quaternion
 from perception.data.nuscenes_constants import ATTRIBUTES, CATEGORIES, VISIBILITY_LEVELS
 from perception.geometry import box_corners, pixel_rays, transform_matrix, yaw_to_quaternion
 from perception.synthetic.map_expansion import map_expansion_json
+from perception.synthetic.prediction_scenes import prediction_scenes
 from perception.synthetic.render import RASTER_RESOLUTION, GroundRaster, render_camera
 from perception.synthetic.traffic import Track, simulate_scene
 from perception.synthetic.world import MapWorld, build_world
@@ -62,7 +63,9 @@ class SyntheticSpec:
             return list(CAMERA_RIG)
         if self.cameras == 1:
             return ["CAM_FRONT"]
-        raise ValueError(f"cameras must be 1 or 6, got {self.cameras}")
+        if self.cameras == 0:  # tables, maps and LIDAR_TOP records only: motion data needs no images
+            return []
+        raise ValueError(f"cameras must be 0, 1 or 6, got {self.cameras}")
 
 
 def _token(*parts) -> str:
@@ -291,6 +294,10 @@ def write_synthetic_nuscenes(out_dir: str, spec: SyntheticSpec) -> dict:
     splits = {spec.train_split: names[: spec.scenes - spec.val_scenes], spec.val_split: names[-spec.val_scenes:]}
     with open(os.path.join(table_dir, "splits.json"), "w") as f:
         json.dump(splits, f, indent=1)
+    # The devkit's prediction challenge file, {scene name: ["<instance>_<sample>", ...]}.
+    os.makedirs(os.path.join(out_dir, "maps", "prediction"), exist_ok=True)
+    with open(os.path.join(out_dir, "maps", "prediction", "prediction_scenes.json"), "w") as f:
+        json.dump(prediction_scenes(tables), f)
     summary = {name: len(records) for name, records in tables.items()}
     with open(os.path.join(out_dir, ".complete"), "w") as f:
         json.dump({"spec": {k: v for k, v in vars(spec).items() if not k.startswith("_")}, "counts": summary}, f,

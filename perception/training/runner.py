@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, TQ
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from mmengine.config import Config
 
-from perception.build import build_datamodule, build_system
+from perception.build import build_datamodule, build_system, checkpoint_monitor
 from perception.config import parse_config
 from perception.training.checkpoint_io import AtomicCheckpointIO
 
@@ -50,8 +50,9 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None) -> dict:
 
     datamodule = build_datamodule(experiment)
     system = build_system(experiment, config_text=config_text)
+    monitor, mode = checkpoint_monitor(experiment)
     callbacks = [
-        ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor="val/drivable_IoU", mode="max",
+        ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor=monitor, mode=mode,
                         save_top_k=1, save_last=True, auto_insert_metric_name=False),
         LearningRateMonitor(logging_interval="step"),
     ]

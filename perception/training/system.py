@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 from torch import nn
@@ -11,9 +9,7 @@ from torch import nn
 from perception.config import OptimizerConfig, SchedulerConfig
 from perception.metrics.segmentation import BinaryIoU
 from perception.postprocess.drivable import drivable_probability
-
-# Parameters that should not be decayed: norms, biases, Swin's position tables.
-_NO_DECAY = ("norm", "bias", "relative_position_bias_table", "absolute_pos_embed")
+from perception.training.optim import build_optimizer
 
 
 class PerceptionSystem(L.LightningModule):
@@ -73,37 +69,9 @@ class PerceptionSystem(L.LightningModule):
         self.log("val/drivable_IoU", torch.tensor(iou, device=self.device), prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
-        cfg = self.optimizer_cfg
-        groups: dict[tuple[bool, bool], list] = {}
-        for name, parameter in self.model.named_parameters():
-            if not parameter.requires_grad:
-                continue
-            is_backbone = name.startswith("backbone.")
-            no_decay = parameter.ndim <= 1 or any(token in name for token in _NO_DECAY)
-            groups.setdefault((is_backbone, no_decay), []).append(parameter)
-        param_groups = [
-            {"params": params, "lr": cfg.lr * (cfg.backbone_lr_mult if is_backbone else 1.0),
-             "weight_decay": 0.0 if no_decay else cfg.weight_decay}
-            for (is_backbone, no_decay), params in sorted(groups.items())
-        ]
-        optimizer = torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas))
-        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
-        schedule = warmup_cosine(self.scheduler_cfg, total_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        total_steps = self.trainer.estimated_stepping_batches
+        return build_optimizer(self.model, self.optimizer_cfg, self.scheduler_cfg, total_steps)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["perception_config"] = self.config_text
 
-
-def warmup_cosine(cfg: SchedulerConfig, total_steps: int):
-    """LR multiplier per optimizer step: linear warmup, then cosine down to min_lr_ratio."""
-    warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return cfg.warmup_ratio + (1.0 - cfg.warmup_ratio) * step / max(warmup, 1)
-        progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor

@@ -1,0 +1,133 @@
+"""Encoder-decoder Transformer that forecasts K trajectories of an agent (agent frame, metres).
+
+Encoder tokens: the agent's past positions (H past + the current one, with 1D sine time
+encodings) and lane centreline segments near it (one token per segment), with a learned
+type embedding; padded tokens are masked. The decoder emits one future position per step:
+its input at step t is the position at t-1 (and the displacement that led there), plus a
+sine encoding of t and a learned embedding of the mode k. Self-attention is causal, so
+training runs all steps at once from the ground truth (teacher forcing) and inference feeds
+back its own outputs step by step (``forecast``), with identical results on identical inputs.
+The mode probabilities come from the step-0 output, whose input is the same in both cases.
+
+All inputs are float tensors (masks 1 = valid) so the exported graph has no bool/int64 inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from perception.models.attention import causal_mask
+from perception.models.position_encoding import sine_encoding
+from perception.models.transformer import DecoderLayer, EncoderLayer
+
+POSITION_SCALE = 10.0  # metres per network unit: positions over ~80 m stay within a few units
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, out_dim))
+
+
+class TrajectoryTransformer(nn.Module):
+    def __init__(self, past_steps: int = 4, future_steps: int = 12, lane_points: int = 10, dim: int = 64,
+                 num_heads: int = 4, ffn_dim: int = 256, encoder_layers: int = 2, decoder_layers: int = 2,
+                 num_modes: int = 5, dropout: float = 0.0):
+        super().__init__()
+        self.past_steps, self.future_steps, self.num_modes, self.dim = past_steps, future_steps, num_modes, dim
+        self.history_embed = _mlp(4, dim, dim)  # (x, y, dx, dy) / scale
+        self.lane_embed = _mlp(lane_points * 4, dim, dim)  # flattened (x / scale, y / scale, cos, sin) per point
+        self.type_embed = nn.Embedding(2, dim)  # 0 = agent history, 1 = lane
+        self.encoder = nn.ModuleList(EncoderLayer(dim, num_heads, ffn_dim, dropout) for _ in range(encoder_layers))
+        self.step_embed = _mlp(4, dim, dim)  # previous position and displacement / scale
+        self.mode_embed = nn.Embedding(num_modes, dim)
+        self.decoder = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim, dropout) for _ in range(decoder_layers))
+        self.delta_head = _mlp(dim, dim, 2)
+        self.mode_head = _mlp(dim, dim, 1)
+
+    # ---- encoder -------------------------------------------------------------------------
+    def encode(self, history: torch.Tensor, history_valid: torch.Tensor, lanes: torch.Tensor,
+               lanes_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """history [B,H,2], history_valid [B,H], lanes [B,M,P,4], lanes_valid [B,M]
+        -> (memory [B, H+1+M, D], memory_valid [B, H+1+M])."""
+        batch = history.shape[0]
+        current = history.new_zeros(batch, 1, 2)  # the agent frame's origin
+        positions = torch.cat([history, current], dim=1) / POSITION_SCALE  # (B, H+1, 2)
+        valid = torch.cat([history_valid, history_valid.new_ones(batch, 1)], dim=1)
+        previous = torch.cat([positions[:, :1], positions[:, :-1]], dim=1)
+        # A displacement needs both ends; the first valid step has none.
+        previous_valid = torch.cat([valid[:, :1] * 0, valid[:, :-1]], dim=1)
+        displacement = (positions - previous) * (valid * previous_valid)[..., None]
+        features = torch.cat([positions * valid[..., None], displacement], dim=-1)
+        times = torch.arange(-self.past_steps, 1, device=history.device, dtype=torch.float32)
+        history_tokens = (self.history_embed(features) + sine_encoding(times, self.dim)
+                          + self.type_embed.weight[0])
+
+        lane_xy = lanes[..., :2] / POSITION_SCALE
+        lane_features = torch.cat([lane_xy, lanes[..., 2:]], dim=-1).flatten(2)  # (B, M, P*4)
+        lane_tokens = self.lane_embed(lane_features) + self.type_embed.weight[1]
+
+        memory = torch.cat([history_tokens, lane_tokens], dim=1)
+        memory_valid = torch.cat([valid, lanes_valid], dim=1)
+        mask = (memory_valid > 0.5)[:, None, None, :]  # (B, 1, 1, N): keys that may be attended
+        for layer in self.encoder:
+            memory = layer(memory, mask=mask)
+        return memory, memory_valid
+
+    # ---- decoder -------------------------------------------------------------------------
+    def _decode_steps(self, previous_positions: torch.Tensor, initial_displacement: torch.Tensor,
+                      memory: torch.Tensor, memory_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """previous_positions [B,K,L,2] (metres; step t holds the position at t-1, step 0 the origin),
+        initial_displacement [B,2] -> (positions [B,K,L,2] metres, step-0 mode logits [B,K])."""
+        batch, modes, length, _ = previous_positions.shape
+        scaled = previous_positions / POSITION_SCALE
+        before = torch.cat([(-initial_displacement / POSITION_SCALE)[:, None, None, :].expand(batch, modes, 1, 2),
+                            scaled[:, :, :-1]], dim=2)
+        features = torch.cat([scaled, scaled - before], dim=-1)  # (B, K, L, 4)
+        times = torch.arange(length, device=memory.device, dtype=torch.float32)
+        queries = (self.step_embed(features) + sine_encoding(times, self.dim)
+                   + self.mode_embed.weight[None, :, None, :]).flatten(0, 1)  # (B*K, L, D)
+        memory = memory.repeat_interleave(modes, dim=0)  # (B*K, N, D)
+        memory_mask = (memory_valid > 0.5).repeat_interleave(modes, dim=0)[:, None, None, :]
+        self_mask = causal_mask(length, device=memory.device)
+        for layer in self.decoder:
+            queries = layer(queries, memory, self_mask=self_mask, memory_mask=memory_mask)
+        queries = queries.view(batch, modes, length, self.dim)
+        positions = previous_positions + self.delta_head(queries) * POSITION_SCALE
+        logits = self.mode_head(queries[:, :, 0]).squeeze(-1)
+        return positions, logits
+
+    @staticmethod
+    def _initial_displacement(history: torch.Tensor, history_valid: torch.Tensor) -> torch.Tensor:
+        """[B,2]: current position (origin) minus the last past position, zero without one."""
+        return -history[:, -1] * history_valid[:, -1:]
+
+    def forward(self, history, history_valid, lanes, lanes_valid, future):
+        """Teacher forcing: all steps at once from given positions -> (trajectories [B,K,T,2], logits [B,K]).
+
+        ``future`` is [B,T,2] (the ground truth, shared by all modes) or [B,K,T,2] (one input
+        sequence per mode, e.g. the model's own rollout); metres, agent frame.
+        """
+        memory, memory_valid = self.encode(history, history_valid, lanes, lanes_valid)
+        batch = history.shape[0]
+        if future.dim() == 3:
+            future = future[:, None].expand(batch, self.num_modes, -1, -1)
+        previous = torch.cat([future.new_zeros(batch, self.num_modes, 1, 2), future[:, :, :-1]], dim=2)
+        return self._decode_steps(previous, self._initial_displacement(history, history_valid), memory, memory_valid)
+
+    def forecast(self, history, history_valid, lanes, lanes_valid) -> tuple[torch.Tensor, torch.Tensor]:
+        """Autoregressive decoding -> (trajectories [B,K,T,2] metres, probabilities [B,K]).
+
+        A fixed number of steps and no data-dependent control flow, so it traces to ONNX.
+        Each step re-runs the decoder on the prefix (T = 12 is short; no KV cache needed).
+        """
+        memory, memory_valid = self.encode(history, history_valid, lanes, lanes_valid)
+        batch = history.shape[0]
+        initial = self._initial_displacement(history, history_valid)
+        previous = history.new_zeros(batch, self.num_modes, 1, 2)
+        logits = None
+        for _ in range(self.future_steps):
+            positions, step_logits = self._decode_steps(previous, initial, memory, memory_valid)
+            if logits is None:
+                logits = step_logits
+            previous = torch.cat([previous, positions[:, :, -1:]], dim=2)
+        return previous[:, :, 1:], logits.softmax(dim=-1)

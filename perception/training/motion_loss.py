@@ -1,0 +1,56 @@
+"""Winner-takes-all loss for K-mode trajectory forecasts, on two decoder passes.
+
+Only the mode closest to the ground truth (average displacement over the valid future steps)
+is regressed, so the other modes are free to cover other futures; the mode logits learn to
+pick that winner (cross-entropy). Regression is smooth L1 in network units (POSITION_SCALE).
+
+``motion_reg`` is the teacher-forced pass (decoder inputs = ground truth). With teacher forcing
+alone the one-step task is trivial (continue the true prefix) and the rollout at inference
+drifts: on the synthetic validation split minADE_5 stayed at 3.6 m while the training loss
+went to ~0. ``motion_reg_self_fed`` is a second pass whose decoder inputs are the model's own
+rollout (no gradient through it) with the same ground-truth targets, so each step learns to
+correct the errors inference will feed it. The mode logits are trained on that pass, since
+it is the one that matches inference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perception.models.trajectory_transformer import POSITION_SCALE
+
+
+def displacement_errors(trajectories: torch.Tensor, future: torch.Tensor, future_valid: torch.Tensor) -> torch.Tensor:
+    """trajectories [B,K,T,2], future [B,T,2], future_valid [B,T] -> ADE per mode [B,K] (metres)."""
+    distance = (trajectories - future[:, None]).norm(dim=-1)  # (B, K, T)
+    weights = future_valid[:, None]
+    return (distance * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
+
+
+def winner_takes_all(trajectories: torch.Tensor, future: torch.Tensor,
+                     future_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(smooth L1 of the best mode per agent, best mode index [B])."""
+    with torch.no_grad():
+        best = displacement_errors(trajectories, future, future_valid).argmin(dim=1)  # (B,)
+    winner = trajectories[torch.arange(len(best), device=best.device), best]  # (B, T, 2)
+    per_step = F.smooth_l1_loss(winner / POSITION_SCALE, future / POSITION_SCALE, reduction="none").sum(-1)
+    return (per_step * future_valid).sum() / future_valid.sum().clamp(min=1.0), best
+
+
+class MotionCriterion(nn.Module):
+    loss_names = ("motion_reg", "motion_reg_self_fed", "motion_cls")
+
+    def forward(self, model: nn.Module, inputs: tuple, future: torch.Tensor, future_valid: torch.Tensor,
+                self_fed: bool = True) -> dict[str, torch.Tensor]:
+        trajectories, logits = model(*inputs, future)
+        losses = {}
+        losses["motion_reg"], best = winner_takes_all(trajectories, future, future_valid)
+        if self_fed:
+            with torch.no_grad():
+                rollout, _ = model.forecast(*inputs)
+            trajectories, logits = model(*inputs, rollout)
+            losses["motion_reg_self_fed"], best = winner_takes_all(trajectories, future, future_valid)
+        losses["motion_cls"] = F.cross_entropy(logits, best)
+        return losses

@@ -1,0 +1,63 @@
+"""LightningModule for the trajectory forecaster: teacher-forced training, autoregressive validation."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch import nn
+
+from perception.config import OptimizerConfig, SchedulerConfig
+from perception.metrics.trajectory import TrajectoryMetrics
+from perception.training.motion_loss import MotionCriterion
+from perception.training.optim import build_optimizer
+
+
+def model_inputs(batch: dict) -> tuple[torch.Tensor, ...]:
+    return batch["history"], batch["history_valid"], batch["lanes"], batch["lanes_valid"]
+
+
+class MotionSystem(L.LightningModule):
+    def __init__(self, model: nn.Module, loss_weights: dict[str, float], optimizer: OptimizerConfig,
+                 scheduler: SchedulerConfig, config_text: str = ""):
+        super().__init__()
+        self.model = model
+        self.criterion = MotionCriterion()
+        self.loss_weights = {name: float(loss_weights.get(name, 1.0)) for name in MotionCriterion.loss_names}
+        self.self_fed = self.loss_weights["motion_reg_self_fed"] > 0
+        self.optimizer_cfg, self.scheduler_cfg, self.config_text = optimizer, scheduler, config_text
+        self.val_metrics = TrajectoryMetrics(k=5)
+
+    def _losses(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        losses = self.criterion(self.model, model_inputs(batch), batch["future"], batch["future_valid"],
+                                self_fed=self.self_fed)
+        return sum(self.loss_weights[k] * v for k, v in losses.items()), losses
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        total, losses = self._losses(batch)
+        if not torch.isfinite(total):
+            details = ", ".join(f"{k}={v.item():.4g}" for k, v in losses.items())
+            raise FloatingPointError(f"non-finite training loss at step {self.global_step}: {details}")
+        size = batch["history"].shape[0]
+        self.log("train/loss", total, prog_bar=True, batch_size=size)
+        for name, value in losses.items():
+            self.log(f"train/loss_{name}", value, batch_size=size)
+        return total
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        total, _ = self._losses(batch)
+        self.log("val/loss", total, batch_size=batch["history"].shape[0], sync_dist=True)
+        trajectories, probabilities = self.model.forecast(*model_inputs(batch))
+        self.val_metrics.update(trajectories.cpu().numpy(), probabilities.cpu().numpy(), batch["future"].cpu().numpy())
+
+    def on_validation_epoch_end(self) -> None:
+        for name, value in self.val_metrics.compute().items():
+            self.log(f"val/motion_{name}", torch.tensor(value, device=self.device), prog_bar=name.startswith("minADE"),
+                     sync_dist=True)
+        self.val_metrics.reset()
+
+    def configure_optimizers(self):
+        total_steps = self.trainer.estimated_stepping_batches
+        return build_optimizer(self.model, self.optimizer_cfg, self.scheduler_cfg, total_steps)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["perception_config"] = self.config_text

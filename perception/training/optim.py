@@ -1,0 +1,46 @@
+"""AdamW with decay / no-decay and backbone / rest parameter groups, warmup + cosine per step."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from perception.config import OptimizerConfig, SchedulerConfig
+
+# Parameters that should not be decayed: norms, biases, Swin's position tables.
+_NO_DECAY = ("norm", "bias", "relative_position_bias_table", "absolute_pos_embed")
+
+
+def build_optimizer(model: nn.Module, cfg: OptimizerConfig, scheduler: SchedulerConfig, total_steps: int) -> dict:
+    """Lightning's ``configure_optimizers`` dict; ``backbone.*`` parameters get ``backbone_lr_mult``."""
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        is_backbone = name.startswith("backbone.")
+        no_decay = parameter.ndim <= 1 or any(token in name for token in _NO_DECAY)
+        groups.setdefault((is_backbone, no_decay), []).append(parameter)
+    param_groups = [
+        {"params": params, "lr": cfg.lr * (cfg.backbone_lr_mult if is_backbone else 1.0),
+         "weight_decay": 0.0 if no_decay else cfg.weight_decay}
+        for (is_backbone, no_decay), params in sorted(groups.items())
+    ]
+    optimizer = torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas))
+    lr_lambda = warmup_cosine(scheduler, max(int(total_steps), 1))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def warmup_cosine(cfg: SchedulerConfig, total_steps: int):
+    """LR multiplier per optimizer step: linear warmup, then cosine down to min_lr_ratio."""
+    warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return cfg.warmup_ratio + (1.0 - cfg.warmup_ratio) * step / max(warmup, 1)
+        progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
