@@ -45,3 +45,25 @@ def experiment_dict(data_root: str, **overrides) -> dict:
     )
     cfg.update(overrides)
     return cfg
+
+
+@pytest.fixture(scope="session")
+def motion_dataset(tmp_path_factory) -> str:
+    """5 scenes x 30 keyframes (15 s), no camera images; prediction agents in maps/prediction."""
+    root = str(tmp_path_factory.mktemp("synthetic_motion"))
+    write_synthetic_nuscenes(root, SyntheticSpec(scenes=5, samples_per_scene=30, cameras=0, val_scenes=1, seed=5))
+    return root
+
+
+def motion_experiment_dict(data_root: str, **overrides) -> dict:
+    cfg = dict(
+        task="motion", data_root=data_root, version="v1.0-trainval", train_split="synthetic_train",
+        val_split="synthetic_val", model=dict(dim=32, num_heads=4, ffn_dim=64, num_modes=3),
+        batch_size=32, val_batch_size=128,
+        optimizer=dict(lr=2e-3, weight_decay=0.01), scheduler=dict(warmup_steps=10, warmup_ratio=0.1),
+        trainer=dict(max_steps=3, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
+                     log_every_n_steps=1, limit_val_batches=1, num_sanity_val_steps=0, enable_progress_bar=False,
+                     enable_model_summary=False),
+    )
+    cfg.update(overrides)
+    return cfg

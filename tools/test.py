@@ -7,6 +7,10 @@
 Metrics are flat keys: ``nuscenes/mAP``, ``nuscenes/NDS``, ``nuscenes/mATE`` ... and per-class
 ``nuscenes/AP_<class>`` from the official devkit's DetectionEval on the split; ``drivable/IoU``
 at the original image resolution. The nuScenes submission JSON is written beside them.
+
+Motion configs (``task = "motion"``) forecast the split's prediction-challenge agents and write
+``motion/minADE_5``, ``motion/minFDE_5``, ``motion/MissRate_2_5`` (also k = 1, 10) from the devkit's
+prediction metrics, beside the devkit's constant-velocity baseline as ``motion_cv/*``.
 """
 
 from __future__ import annotations
@@ -29,23 +33,25 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", help="split to evaluate (default: the config's val_split)")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--format-only", action="store_true",
-                        help="write the nuScenes submission JSON without scoring it (e.g. for the test split)")
+                        help="write the submission JSON (detection or prediction) without scoring it")
     parser.add_argument("--out", help="submission JSON path (default: WORK_DIR/results_nusc_<split>.json)")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    from perception.config import ConfigError, load_config, parse_config
+    from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
     from perception.data.camera_dataset import ImageReadError
     from perception.data.label_cache import StaleCacheError
     from perception.evaluation.checkpoint import CheckpointMismatchError
     from perception.evaluation.evaluate import evaluate, format_table, write_metrics
+    from perception.evaluation.motion import evaluate_motion
 
     work_dir = args.work_dir or os.path.join("work_dirs", os.path.splitext(os.path.basename(args.config))[0])
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
-        metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
+        run = evaluate_motion if isinstance(cfg, MotionExperimentConfig) else evaluate
+        metrics = run(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                            format_only=args.format_only, results_path=args.out)
     except (ConfigError, StaleCacheError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
             ValueError) as error:
