@@ -41,7 +41,7 @@ class TrajectoryTransformer(nn.Module):
         self.step_embed = _mlp(4, dim, dim)  # previous position and displacement / scale
         self.mode_embed = nn.Embedding(num_modes, dim)
         self.decoder = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim, dropout) for _ in range(decoder_layers))
-        self.delta_head = _mlp(dim, dim, 2)
+        self.position_head = _mlp(dim, dim, 2)
         self.mode_head = _mlp(dim, dim, 1)
 
     # ---- encoder -------------------------------------------------------------------------
@@ -92,7 +92,9 @@ class TrajectoryTransformer(nn.Module):
         for layer in self.decoder:
             queries = layer(queries, memory, self_mask=self_mask, memory_mask=memory_mask)
         queries = queries.view(batch, modes, length, self.dim)
-        positions = previous_positions + self.delta_head(queries) * POSITION_SCALE
+        # Each step outputs its position in the agent frame, not an offset from its input: an offset
+        # anchors every step to the previous (possibly wrong) one and rollout errors compound.
+        positions = self.position_head(queries) * POSITION_SCALE
         logits = self.mode_head(queries[:, :, 0]).squeeze(-1)
         return positions, logits
 
