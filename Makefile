@@ -5,11 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perception-installed
 DEMO_DATA := data/synthetic_nuscenes
 DEMO_WORK := work_dirs/demo
+MOTION_DATA := data/synthetic_motion
+MOTION_WORK := work_dirs/motion
 export NO_ALBUMENTATIONS_UPDATE := 1
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo demo-data test test-all bench lint clean
+.PHONY: install demo demo-data demo-motion test test-all bench lint clean
 
 install: $(STAMP)
 
@@ -31,11 +33,23 @@ demo: $(STAMP) $(DEMO_DATA)/.complete
 	$(PY) tools/train.py configs/demo_synthetic.py --work-dir $(DEMO_WORK)
 	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK)
 
+# Trajectory forecasting: 16 scenes x 20 s of traffic, tables and maps only (no images, ~10 s).
+$(MOTION_DATA)/.complete: | $(STAMP)
+	$(PY) tools/make_synthetic_nuscenes.py $(MOTION_DATA) --scenes 16 --samples-per-scene 40 \
+		--cameras 0 --val-scenes 4 --seed 0
+
+demo-motion: $(STAMP) $(MOTION_DATA)/.complete
+	$(PY) tools/train.py configs/motion_synthetic.py --work-dir $(MOTION_WORK)
+	$(PY) tools/test.py configs/motion_synthetic.py $(MOTION_WORK)/checkpoints/last.ckpt --work-dir $(MOTION_WORK)
+	$(PY) tools/export_onnx.py configs/motion_synthetic.py $(MOTION_WORK)/checkpoints/last.ckpt \
+		--out $(MOTION_WORK)/forecaster.onnx
+
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu"
 
 bench: $(STAMP)
 	$(PY) bench/train_step_rate.py
+	$(PY) bench/forecast_latency.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check perception tools tests bench

@@ -54,3 +54,29 @@ def test_unknown_loss_weight_is_rejected():
     cfg = parse_config(experiment_dict("/data", loss_weights={"drivable_ce": 1.0, "obstacle_gou": 2.0}))
     with pytest.raises(ValueError, match="obstacle_gou"):
         build_system(cfg)
+
+
+def test_motion_configs_parse_into_their_own_type():
+    from perception.config import MotionExperimentConfig
+
+    cfg = parse_config(load_config("configs/motion_synthetic.py"))
+    assert isinstance(cfg, MotionExperimentConfig)
+    assert cfg.model.num_modes == 5 and cfg.data.future_seconds == 6.0 and cfg.data.use_map is True
+    real = parse_config(load_config("configs/motion_nuscenes.py"))
+    assert real.train_split == "train" and real.val_split == "val"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"task": "motoin"}, "task.*must be one of"),
+    ({"model": {"num_mode": 3}}, "model.num_mode.*Did you mean 'num_modes'"),
+    ({"input_size": [224, 448]}, "unknown config key input_size"),  # a camera key in a motion config
+    ({"data": {"future_seconds": 5.2}}, "multiple of 0.5"),
+    ({"model": {"dim": 30, "num_heads": 4}}, "divisible by model.num_heads"),
+    ({"loss_weights": {"motion_regg": 1.0}}, "motion_regg"),
+    ({"data": {"mirror_prob": 1.5}}, "mirror_prob"),
+])
+def test_bad_motion_configs_are_rejected(overrides, message):
+    from tests.conftest import motion_experiment_dict
+
+    with pytest.raises(ConfigError, match=message):
+        parse_config(motion_experiment_dict("/data", **overrides))

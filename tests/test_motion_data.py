@@ -91,3 +91,20 @@ def test_motion_cache_roundtrip_and_staleness(motion_dataset, tmp_path):
     with pytest.raises(StaleCacheError, match="motion_synthetic_val"):
         load_motion_cache(motion_dataset, "v1.0-trainval", "synthetic_val", MotionDataSettings(max_lanes=8), True,
                           str(tmp_path))
+
+
+def test_official_prediction_split_names_go_through_the_devkit(tmp_path):
+    from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
+
+    # A v1.0-mini-like layout: the devkit's mini_train / mini_val select these scene names.
+    spec = SyntheticSpec(scenes=3, samples_per_scene=20, cameras=0, val_scenes=1, seed=9, version="v1.0-mini",
+                         scene_names=("scene-0061", "scene-0553", "scene-0103"))
+    write_synthetic_nuscenes(str(tmp_path), spec)
+    train = motion_tokens_of_split(str(tmp_path), "v1.0-mini", "mini_train")
+    val = motion_tokens_of_split(str(tmp_path), "v1.0-mini", "mini_val")
+    with open(tmp_path / "maps" / "prediction" / "prediction_scenes.json") as f:
+        per_scene = json.load(f)
+    assert train == per_scene["scene-0061"] + per_scene["scene-0553"] and train
+    assert val == per_scene["scene-0103"] and val
+    with pytest.raises(FileNotFoundError, match="prediction_scenes.json"):
+        motion_tokens_of_split(str(tmp_path / "nowhere"), "v1.0-mini", "mini_val")
