@@ -73,8 +73,8 @@ def main() -> int:
             inputs = example_inputs(model, batch, lanes, seed=batch)
             feed = {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)}
             with torch.no_grad():
-                eager = percentiles(lambda: model.forecast(*inputs), args.repeats)
-            onnx = percentiles(lambda: session.run(list(OUTPUT_NAMES), feed), args.repeats)
+                eager = percentiles(lambda inputs=inputs: model.forecast(*inputs), args.repeats)
+            onnx = percentiles(lambda feed=feed: session.run(list(OUTPUT_NAMES), feed), args.repeats)
             print(f"{batch:>7} {eager[0]:>8.2f}ms {eager[1]:>8.2f}ms {onnx[0]:>7.2f}ms {onnx[1]:>7.2f}ms "
                   f"{onnx[0] / eager[0]:>10.2f} {batch / onnx[0] * 1e3:>13.0f}")
 

@@ -13,8 +13,13 @@ from nuscenes.prediction.helper import convert_local_coords_to_global
 
 from perception.data.label_cache import StaleCacheError
 from perception.data.motion_cache import build_motion_cache, load_motion_cache
-from perception.data.motion_samples import (MotionDataSettings, extract_motion_samples, motion_tokens_of_split,
-                                            to_agent_frame, to_global_frame)
+from perception.data.motion_samples import (
+    MotionDataSettings,
+    extract_motion_samples,
+    motion_tokens_of_split,
+    to_agent_frame,
+    to_global_frame,
+)
 
 SETTINGS = MotionDataSettings()
 

@@ -19,9 +19,9 @@ import torch
 
 from perception.build import build_datamodule, build_motion_model, motion_settings
 from perception.config import MotionExperimentConfig
-from perception.evaluation.checkpoint import load_model_weights
 from perception.data.motion_datamodule import MODEL_INPUTS
 from perception.data.motion_samples import to_global_frame
+from perception.evaluation.checkpoint import load_model_weights
 
 K_TO_REPORT = (1, 5, 10)
 MISS_TOLERANCE = 2.0
@@ -39,7 +39,8 @@ def devkit_prediction_config(seconds: float):
 def flatten_devkit_metrics(results: dict, prefix: str) -> dict[str, float]:
     """{"MinADEK": {"RowMean": [k=1, 5, 10]}, ...} -> {prefix/minADE_5: ..., prefix/MissRate_2_5: ...}."""
     # The devkit names the miss-rate metric after its tolerance ("MissRateTopK_2.0").
-    names = {"MinADEK": "minADE", "MinFDEK": "minFDE", f"MissRateTopK_{MISS_TOLERANCE:.1f}": f"MissRate_{MISS_TOLERANCE:g}"}
+    names = {"MinADEK": "minADE", "MinFDEK": "minFDE",
+             f"MissRateTopK_{MISS_TOLERANCE:.1f}": f"MissRate_{MISS_TOLERANCE:g}"}
     flat = {}
     for metric, short in names.items():
         for k, value in zip(K_TO_REPORT, results[metric]["RowMean"]):
@@ -77,8 +78,8 @@ def evaluate_motion(cfg: MotionExperimentConfig, checkpoint_path: str, work_dir:
                     batch_size: int | None = None, format_only: bool = False, results_path: str | None = None,
                     predictor=None) -> dict[str, float]:
     """Metrics of the model (``motion/*``) and of the devkit's constant-velocity baseline (``motion_cv/*``)."""
-    from nuscenes.nuscenes import NuScenes
     from nuscenes.eval.prediction.compute_metrics import compute_metrics
+    from nuscenes.nuscenes import NuScenes
     from nuscenes.prediction import PredictHelper
     from nuscenes.prediction.models.physics import ConstantVelocityHeading
 
