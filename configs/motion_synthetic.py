@@ -1,6 +1,6 @@
 # Trajectory forecasting (encoder-decoder Transformer) on the synthetic nuScenes-format motion
 # data written by `make motion-data` (16 scenes x 20 s, no camera images). Past 2 s -> future 6 s
-# at 2 Hz, 5 modes, lane centrelines within 50 m as map tokens. A few minutes on 2 CPU cores.
+# at 2 Hz, 5 modes, lane centrelines within 50 m as map tokens. About 4 minutes on 2 CPU cores.
 task = "motion"
 data_root = "data/synthetic_motion"
 version = "v1.0-trainval"
@@ -18,7 +18,7 @@ num_workers = 0
 optimizer = dict(lr=1e-3, weight_decay=0.01, backbone_lr_mult=1.0)
 scheduler = dict(warmup_steps=100, warmup_ratio=0.01, min_lr_ratio=0.02)
 trainer = dict(
-    max_steps=1500,
+    max_steps=600,
     max_epochs=-1,
     accelerator="cpu",
     devices=1,
@@ -26,5 +26,5 @@ trainer = dict(
     gradient_clip_val=1.0,
     log_every_n_steps=20,
     check_val_every_n_epoch=None,
-    val_check_interval=500,
+    val_check_interval=200,
 )

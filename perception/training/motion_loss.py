@@ -29,14 +29,24 @@ def displacement_errors(trajectories: torch.Tensor, future: torch.Tensor, future
     return (distance * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
 
 
+# Relaxed winner-takes-all (Rupprecht et al., ICCV 2017): the losing modes share this much of
+# the regression weight. With a pure WTA, modes that lose early never receive a gradient and
+# stay dead: on the synthetic split minADE_5 equalled minADE_1 (one live mode of five).
+LOSING_MODES_WEIGHT = 0.05
+
+
 def winner_takes_all(trajectories: torch.Tensor, future: torch.Tensor,
                      future_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(smooth L1 of the best mode per agent, best mode index [B])."""
+    """(relaxed-WTA smooth L1 over the modes, best mode index [B])."""
     with torch.no_grad():
         best = displacement_errors(trajectories, future, future_valid).argmin(dim=1)  # (B,)
-    winner = trajectories[torch.arange(len(best), device=best.device), best]  # (B, T, 2)
-    per_step = F.smooth_l1_loss(winner / POSITION_SCALE, future / POSITION_SCALE, reduction="none").sum(-1)
-    return (per_step * future_valid).sum() / future_valid.sum().clamp(min=1.0), best
+    per_step = F.smooth_l1_loss(trajectories / POSITION_SCALE, future[:, None].expand_as(trajectories) / POSITION_SCALE,
+                                reduction="none").sum(-1)  # (B, K, T)
+    per_mode = (per_step * future_valid[:, None]).sum(-1) / future_valid.sum(-1, keepdim=True).clamp(min=1.0)
+    modes = trajectories.shape[1]
+    weights = torch.full_like(per_mode, LOSING_MODES_WEIGHT / max(modes - 1, 1) if modes > 1 else 0.0)
+    weights.scatter_(1, best[:, None], 1.0 - LOSING_MODES_WEIGHT if modes > 1 else 1.0)
+    return (per_mode * weights).sum(1).mean(), best
 
 
 class MotionCriterion(nn.Module):
