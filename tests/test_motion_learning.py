@@ -34,7 +34,7 @@ def test_overfits_a_few_agents_to_a_low_min_ade(motion_dataset):
     model = TrajectoryTransformer(dim=64, num_heads=4, ffn_dim=128, num_modes=3)
     criterion = MotionCriterion()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=300, eta_min=1e-4)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=500, eta_min=1e-4)
 
     def min_ade() -> float:
         model.eval()
@@ -46,16 +46,17 @@ def test_overfits_a_few_agents_to_a_low_min_ade(motion_dataset):
         return metrics.compute()["minADE_5"]
 
     before = min_ade()
-    for _ in range(300):
+    for _ in range(500):
         losses = criterion(model, inputs, batch["future"], batch["future_valid"])
         optimizer.zero_grad()
         sum(losses.values()).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
     after = min_ade()
     print(f"overfit 16 agents: minADE_5 {before:.2f} m -> {after:.3f} m")
     assert before > 5.0
-    assert after < 0.5  # measured 0.2-0.3 m
+    assert after < 0.5  # measured 0.27 m
 
 
 def test_trained_forecaster_beats_constant_velocity_with_devkit_metrics(motion_dataset, tmp_path):
@@ -80,4 +81,4 @@ def test_trained_forecaster_beats_constant_velocity_with_devkit_metrics(motion_d
     assert os.path.isfile(work / "results_motion_synthetic_val.json")
     for name in ("minADE_5", "minFDE_5", "MissRate_2_5"):
         assert metrics[f"motion/{name}"] < metrics[f"motion_cv/{name}"], name
-    assert metrics["motion/minADE_5"] < 0.7 * metrics["motion_cv/minADE_5"]
+    assert metrics["motion/minADE_5"] < 0.6 * metrics["motion_cv/minADE_5"]  # measured 0.38
