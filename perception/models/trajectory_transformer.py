@@ -74,29 +74,34 @@ class TrajectoryTransformer(nn.Module):
         return memory, memory_valid
 
     # ---- decoder -------------------------------------------------------------------------
-    def _decode_steps(self, previous_positions: torch.Tensor, initial_displacement: torch.Tensor,
-                      memory: torch.Tensor, memory_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """previous_positions [B,K,L,2] (metres; step t holds the position at t-1, step 0 the origin),
-        initial_displacement [B,2] -> (positions [B,K,L,2] metres, step-0 mode logits [B,K])."""
-        batch, modes, length, _ = previous_positions.shape
+    def _step_queries(self, previous_positions: torch.Tensor, first_step: int = 0) -> torch.Tensor:
+        """Decoder inputs [B*K, L, D] for steps first_step ... first_step+L-1.
+
+        previous_positions [B,K,L+1,2] metres: the position before each of those steps, preceded
+        by the one before that (for the displacement); step 0's are the origin and the last past
+        position (the origin minus the initial displacement).
+        """
+        batch, modes = previous_positions.shape[:2]
         scaled = previous_positions / POSITION_SCALE
-        before = torch.cat([(-initial_displacement / POSITION_SCALE)[:, None, None, :].expand(batch, modes, 1, 2),
-                            scaled[:, :, :-1]], dim=2)
-        features = torch.cat([scaled, scaled - before], dim=-1)  # (B, K, L, 4)
-        times = torch.arange(length, device=memory.device, dtype=torch.float32)
-        queries = (self.step_embed(features) + sine_encoding(times, self.dim)
-                   + self.mode_embed.weight[None, :, None, :]).flatten(0, 1)  # (B*K, L, D)
-        memory = memory.repeat_interleave(modes, dim=0)  # (B*K, N, D)
-        memory_mask = (memory_valid > 0.5).repeat_interleave(modes, dim=0)[:, None, None, :]
-        self_mask = causal_mask(length, device=memory.device)
-        for layer in self.decoder:
-            queries = layer(queries, memory, self_mask=self_mask, memory_mask=memory_mask)
-        queries = queries.view(batch, modes, length, self.dim)
-        # Each step outputs its position in the agent frame, not an offset from its input: an offset
-        # anchors every step to the previous (possibly wrong) one and rollout errors compound.
-        positions = self.position_head(queries) * POSITION_SCALE
-        logits = self.mode_head(queries[:, :, 0]).squeeze(-1)
-        return positions, logits
+        features = torch.cat([scaled[:, :, 1:], scaled[:, :, 1:] - scaled[:, :, :-1]], dim=-1)  # (B, K, L, 4)
+        length = features.shape[2]
+        times = torch.arange(first_step, first_step + length, device=features.device, dtype=torch.float32)
+        queries = self.step_embed(features) + sine_encoding(times, self.dim) + self.mode_embed.weight[None, :, None, :]
+        return queries.flatten(0, 1)
+
+    def _memory_per_mode(self, memory: torch.Tensor, memory_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(memory [B*K,N,D], key mask [B*K,1,1,N]): every mode attends to its agent's tokens."""
+        memory = memory.repeat_interleave(self.num_modes, dim=0)
+        return memory, (memory_valid > 0.5).repeat_interleave(self.num_modes, dim=0)[:, None, None, :]
+
+    def _heads(self, queries: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoder outputs [B*K,L,D] -> (positions [B,K,L,2] metres, logits of the first row [B,K]).
+
+        Each step outputs its position in the agent frame, not an offset from its input: an offset
+        anchors every step to the previous (possibly wrong) one and rollout errors compound.
+        """
+        queries = queries.view(batch, self.num_modes, -1, self.dim)
+        return self.position_head(queries) * POSITION_SCALE, self.mode_head(queries[:, :, 0]).squeeze(-1)
 
     @staticmethod
     def _initial_displacement(history: torch.Tensor, history_valid: torch.Tensor) -> torch.Tensor:
@@ -113,23 +118,39 @@ class TrajectoryTransformer(nn.Module):
         batch = history.shape[0]
         if future.dim() == 3:
             future = future[:, None].expand(batch, self.num_modes, -1, -1)
-        previous = torch.cat([future.new_zeros(batch, self.num_modes, 1, 2), future[:, :, :-1]], dim=2)
-        return self._decode_steps(previous, self._initial_displacement(history, history_valid), memory, memory_valid)
+        origin = future.new_zeros(batch, self.num_modes, 1, 2)
+        before = -self._initial_displacement(history, history_valid)[:, None, None, :].expand_as(origin)
+        previous = torch.cat([before, origin, future[:, :, :-1]], dim=2)  # (B, K, T+1, 2)
+        queries = self._step_queries(previous)
+        memory, memory_mask = self._memory_per_mode(memory, memory_valid)
+        self_mask = causal_mask(queries.shape[1], device=queries.device)
+        for layer in self.decoder:
+            queries = layer(queries, memory, self_mask=self_mask, memory_mask=memory_mask)
+        return self._heads(queries, batch)
 
     def forecast(self, history, history_valid, lanes, lanes_valid) -> tuple[torch.Tensor, torch.Tensor]:
         """Autoregressive decoding -> (trajectories [B,K,T,2] metres, probabilities [B,K]).
 
         A fixed number of steps and no data-dependent control flow, so it traces to ONNX.
-        Each step re-runs the decoder on the prefix (T = 12 is short; no KV cache needed).
+        Incremental: each step runs only its new token through the decoder, attending to the
+        cached inputs of every layer (valid because the decoder is causal).
         """
         memory, memory_valid = self.encode(history, history_valid, lanes, lanes_valid)
         batch = history.shape[0]
-        initial = self._initial_displacement(history, history_valid)
-        previous = history.new_zeros(batch, self.num_modes, 1, 2)
-        logits = None
-        for _ in range(self.future_steps):
-            positions, step_logits = self._decode_steps(previous, initial, memory, memory_valid)
+        memory, memory_mask = self._memory_per_mode(memory, memory_valid)
+        origin = history.new_zeros(batch, self.num_modes, 1, 2)
+        before = -self._initial_displacement(history, history_valid)[:, None, None, :].expand_as(origin)
+        window = torch.cat([before, origin], dim=2)  # the two positions before the next step
+        caches: list[torch.Tensor | None] = [None] * len(self.decoder)
+        positions, logits = [], None
+        for step in range(self.future_steps):
+            x = self._step_queries(window, first_step=step)  # (B*K, 1, D)
+            for i, layer in enumerate(self.decoder):
+                caches[i] = x if caches[i] is None else torch.cat([caches[i], x], dim=1)
+                x = layer(x, memory, memory_mask=memory_mask, self_context=caches[i])
+            position, step_logits = self._heads(x, batch)  # (B, K, 1, 2)
             if logits is None:
                 logits = step_logits
-            previous = torch.cat([previous, positions[:, :, -1:]], dim=2)
-        return previous[:, :, 1:], logits.softmax(dim=-1)
+            positions.append(position)
+            window = torch.cat([window[:, :, 1:], position], dim=2)
+        return torch.cat(positions, dim=2), logits.softmax(dim=-1)

@@ -59,10 +59,19 @@ class DecoderLayer(nn.Module):
 
     def forward(self, queries: torch.Tensor, memory: torch.Tensor, query_pos: torch.Tensor | None = None,
                 memory_pos: torch.Tensor | None = None, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """queries [B,Q,D], memory [B,N,D] (positions alike) -> [B,Q,D]."""
+                memory_mask: torch.Tensor | None = None, self_context: torch.Tensor | None = None) -> torch.Tensor:
+        """queries [B,Q,D], memory [B,N,D] (positions alike) -> [B,Q,D].
+
+        ``self_context`` [B,L,D] (incremental decoding): self-attention keys/values are this
+        layer's inputs so far, ending with ``queries``; with a causal decoder the new rows then
+        equal the full computation's last rows, so earlier steps need not be recomputed.
+        """
         q = queries if query_pos is None else queries + query_pos
-        queries = self.norm1(queries + self.dropout(self.self_attn(q, q, queries, self_mask)))
+        if self_context is None:
+            attended = self.self_attn(q, q, queries, self_mask)
+        else:
+            attended = self.self_attn(q, self_context, self_context, self_mask)
+        queries = self.norm1(queries + self.dropout(attended))
         q = queries if query_pos is None else queries + query_pos
         k = memory if memory_pos is None else memory + memory_pos
         queries = self.norm2(queries + self.dropout(self.cross_attn(q, k, memory, memory_mask)))
