@@ -1,6 +1,6 @@
 # Trajectory forecasting (encoder-decoder Transformer) on the synthetic nuScenes-format motion
 # data written by `make motion-data` (16 scenes x 20 s, no camera images). Past 2 s -> future 6 s
-# at 2 Hz, 5 modes, lane centrelines within 50 m as map tokens. About 4 minutes on 2 CPU cores.
+# at 2 Hz, 5 modes, lane centrelines within 50 m as map tokens. About 3 minutes on 2 CPU cores.
 task = "motion"
 data_root = "data/synthetic_motion"
 version = "v1.0-trainval"
