@@ -124,6 +124,7 @@ class ExperimentConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
     seed: int = 0
     task: str = "perception"
 
@@ -172,6 +173,7 @@ class MotionExperimentConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
     seed: int = 0
 
 
@@ -245,7 +247,13 @@ def _validate_training(cfg) -> None:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
+    if cfg.checkpoint_every_n_steps < 0:
+        raise ConfigError(f"checkpoint_every_n_steps must be >= 0, got {cfg.checkpoint_every_n_steps}")
     trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
+    managed = {"default_root_dir", "callbacks", "logger", "plugins", "use_distributed_sampler"}
+    for key in sorted(managed & set(cfg.trainer)):
+        raise ConfigError(f"trainer.{key} is set by tools/train.py (work dir, checkpoints, loggers, atomic saves, "
+                          "resumable sharded sampling); remove it from the config")
     for key in cfg.trainer:
         if key not in trainer_args:
             raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."

@@ -87,3 +87,48 @@ def test_atomic_save_keeps_the_previous_checkpoint_on_failure(tmp_path):
         atomic_torch_save({"step": 2, "bad": Unpicklable()}, path)
     assert torch.load(path, weights_only=True) == {"step": 1}
     assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary file left behind
+
+
+def _final_weights(work_dir: str) -> dict:
+    checkpoint = torch.load(os.path.join(work_dir, "checkpoints", "last.ckpt"), weights_only=True)
+    return checkpoint["global_step"], checkpoint["state_dict"]
+
+
+def test_resume_mid_epoch_reproduces_the_uninterrupted_run_exactly(small_dataset, tmp_path):
+    """15 steps straight == a run that crashes after its step-5 checkpoint, resumed to 15 (one
+    loader worker, across an epoch boundary: 48 training images / batch 4 = 12 steps per epoch)."""
+    import lightning as L
+
+    class CrashAfterStep(L.Callback):
+        def __init__(self, step: int):
+            self.step = step
+
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == self.step:
+                raise RuntimeError("simulated crash")
+
+    def config() -> Config:
+        return Config(experiment_dict(small_dataset, num_workers=1, checkpoint_every_n_steps=5, trainer=dict(
+            max_steps=15, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
+            limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
+            log_every_n_steps=1, deterministic=True)))
+
+    train(config(), str(tmp_path / "straight"))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(config(), str(tmp_path / "resumed"), callbacks=[CrashAfterStep(5)])
+    step, _ = _final_weights(str(tmp_path / "resumed"))
+    assert step == 5
+    train(config(), str(tmp_path / "resumed"), resume=True)
+    straight_step, straight = _final_weights(str(tmp_path / "straight"))
+    resumed_step, resumed = _final_weights(str(tmp_path / "resumed"))
+    assert straight_step == resumed_step == 15
+    assert straight.keys() == resumed.keys()
+    different = [k for k in straight if not torch.equal(straight[k], resumed[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+def test_trainer_keys_managed_by_the_runner_are_rejected(small_dataset):
+    from perception.config import ConfigError
+
+    with pytest.raises(ConfigError, match="use_distributed_sampler is set by tools/train.py"):
+        parse_config(experiment_dict(small_dataset, trainer=dict(use_distributed_sampler=True)))

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from perception.data.sampling import item_index, item_rng
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform
 from perception.models.heads.obstacle_coding import attribute_index
 
@@ -40,7 +41,9 @@ def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
 class NuScenesCameraDataset(Dataset):
     """Items: dict(image [3,H,W], targets (per task, with a ``valid`` flag), meta)."""
 
-    def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform):
+    def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
+                 seed: int = 0):
+        self.seed = seed
         self.data_root = data_root
         self.infos = infos
         self.cache_directory = cache_directory
@@ -49,8 +52,12 @@ class NuScenesCameraDataset(Dataset):
     def __len__(self) -> int:
         return len(self.infos)
 
-    def __getitem__(self, index: int) -> dict:
-        info = self.infos[index]
+    def __getitem__(self, key) -> dict:
+        """``key``: an index, or (epoch, index) from a ResumableSampler (augmentation keyed by it)."""
+        rng = item_rng(self.seed, key)
+        if rng is not None:
+            self.transform.reseed(rng)
+        info = self.infos[item_index(key)]
         image_path = os.path.join(self.data_root, info["image_path"])
         image = read_image_rgb(image_path)
         width, height = info["image_size"]

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from perception.data.camera_dataset import NuScenesCameraDataset, collate_camera_batch
 from perception.data.label_cache import build_label_cache, default_cache_root, load_label_cache
+from perception.data.sampling import resumable_train_loader, sharded_val_loader
 from perception.data.transforms import CameraTransform
 
 
@@ -52,7 +53,7 @@ class NuScenesDataModule(L.LightningDataModule):
         train = stage == "train"
         transform = CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
                                     **(self.augment if train else {}))
-        return NuScenesCameraDataset(self.data_root, infos, directory, transform)
+        return NuScenesCameraDataset(self.data_root, infos, directory, transform, seed=self.seed)
 
     def prepare_data(self) -> None:
         for split in set(self.splits.values()):
@@ -65,23 +66,11 @@ class NuScenesDataModule(L.LightningDataModule):
         if stage in (None, "fit", "validate"):
             self.datasets["val"] = self.dataset("val")
 
-    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle,
-                          num_workers=self.num_workers, collate_fn=collate_camera_batch,
-                          persistent_workers=self.num_workers > 0, worker_init_fn=_seed_worker)
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.datasets["train"], self.batch_size, shuffle=True)
+        return resumable_train_loader(self, self.datasets["train"], self.batch_size, self.seed,
+                                      num_workers=self.num_workers, collate_fn=collate_camera_batch)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.datasets["val"], self.val_batch_size, shuffle=False)
+        return sharded_val_loader(self, self.datasets["val"], self.val_batch_size, num_workers=self.num_workers,
+                                  collate_fn=collate_camera_batch)
 
-
-def _seed_worker(worker_id: int) -> None:
-    """Give each loader worker its own augmentation stream (numpy RNG state is forked otherwise)."""
-    import numpy as np
-    import torch
-
-    info = torch.utils.data.get_worker_info()
-    seed = int(torch.initial_seed()) % (2**32)
-    info.dataset.transform.rng = np.random.default_rng(seed + worker_id)

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from perception.data.label_cache import default_cache_root
 from perception.data.motion_cache import ensure_motion_cache
 from perception.data.motion_samples import MotionDataSettings
+from perception.data.sampling import item_index, item_rng, resumable_train_loader, sharded_val_loader
 
 MODEL_INPUTS = ("history", "history_valid", "lanes", "lanes_valid")
 TARGETS = ("future", "future_valid")
@@ -24,15 +25,16 @@ class MotionDataset(Dataset):
     def __init__(self, arrays: dict, mirror_prob: float = 0.0, seed: int = 0):
         self.arrays = {k: np.ascontiguousarray(arrays[k], dtype=np.float32) for k in MODEL_INPUTS + TARGETS}
         self.tokens = list(arrays["tokens"])
-        self.mirror_prob = mirror_prob
-        self.rng = np.random.default_rng(seed)
+        self.mirror_prob, self.seed = mirror_prob, seed
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key) -> dict[str, torch.Tensor]:
+        """``key``: an index, or (epoch, index) from a ResumableSampler (augmentation keyed by it)."""
+        index, rng = item_index(key), item_rng(self.seed, key)
         item = {k: torch.from_numpy(v[index].copy()) for k, v in self.arrays.items()}
-        if self.mirror_prob and self.rng.random() < self.mirror_prob:
+        if self.mirror_prob and rng is not None and rng.random() < self.mirror_prob:
             for key in ("history", "future"):
                 item[key][..., 0] = -item[key][..., 0]
             item["lanes"][..., 0] = -item["lanes"][..., 0]  # x
@@ -67,8 +69,7 @@ class MotionDataModule(L.LightningDataModule):
         self.val_set = MotionDataset(self.arrays(self.val_split))
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return resumable_train_loader(self, self.train_set, self.batch_size, self.seed, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.val_batch_size, shuffle=False, num_workers=self.num_workers)
+        return sharded_val_loader(self, self.val_set, self.val_batch_size, num_workers=self.num_workers)

@@ -59,6 +59,12 @@ class CameraTransform:
                 A.GaussianBlur(blur_limit=(3, 5), p=0.1),
             ])
 
+    def reseed(self, rng: np.random.Generator) -> None:
+        """Make the next item's augmentation a function of ``rng`` (see perception.data.sampling)."""
+        self.rng = rng
+        if self.photometric is not None:
+            self.photometric.set_random_seed(int(rng.integers(2**31)))
+
     def sample_params(self, width: int, height: int) -> GeometryParams:
         base = self.input_width / width
         if not self.train:
