@@ -49,7 +49,7 @@ def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: st
         from perception.training.motion_system import MotionSystem
 
         return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text)
+                            config_text=config_text, faults=cfg.faults)
     from perception.training.drivable_loss import DrivableCriterion
     from perception.training.obstacle_loss import ObstacleCriterion
     from perception.training.system import PerceptionSystem
@@ -57,7 +57,7 @@ def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: st
     model = build_model(cfg.model, tuple(cfg.input_size))
     known = DrivableCriterion.loss_names + ObstacleCriterion.loss_names
     return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, known_loss_names=known)
+                            config_text=config_text, known_loss_names=known, faults=cfg.faults)
 
 
 def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):

@@ -102,6 +102,15 @@ class SchedulerConfig:
 
 
 @dataclass
+class FaultsConfig:
+    # Training steps whose loss is NaN/inf are skipped (decided jointly by all ranks) up to this
+    # many; one more stops the run with the per-task losses.
+    max_nonfinite_steps: int = 20
+    # Unreadable training images are replaced by the next item and counted, up to this many per rank.
+    max_bad_images: int = 100
+
+
+@dataclass
 class ExperimentConfig:
     """Camera perception (drivable area, obstacles): the default task."""
 
@@ -125,6 +134,7 @@ class ExperimentConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
     checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     seed: int = 0
     task: str = "perception"
 
@@ -174,6 +184,7 @@ class MotionExperimentConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
     checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     seed: int = 0
 
 
@@ -247,6 +258,8 @@ def _validate_training(cfg) -> None:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
+    if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:
+        raise ConfigError(f"faults.max_nonfinite_steps and faults.max_bad_images must be >= 0, got {cfg.faults}")
     if cfg.checkpoint_every_n_steps < 0:
         raise ConfigError(f"checkpoint_every_n_steps must be >= 0, got {cfg.checkpoint_every_n_steps}")
     trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}

@@ -36,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
         default_cache_root,
         load_label_cache,
     )
+    from perception.data.tables import DatasetError
 
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
@@ -53,7 +54,11 @@ def main(args: argparse.Namespace) -> int:
                 pass
             except StaleCacheError as error:
                 print(f"{split}: {error}\n  rebuilding", file=sys.stderr)
-        build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range)
+        try:
+            build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range)
+        except (DatasetError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -43,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
     from perception.data.camera_dataset import ImageReadError
     from perception.data.label_cache import StaleCacheError
+    from perception.data.tables import DatasetError
     from perception.evaluation.checkpoint import CheckpointMismatchError
     from perception.evaluation.evaluate import evaluate, format_table, write_metrics
     from perception.evaluation.motion import evaluate_motion
@@ -53,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
         run = evaluate_motion if isinstance(cfg, MotionExperimentConfig) else evaluate
         metrics = run(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                            format_only=args.format_only, results_path=args.out)
-    except (ConfigError, StaleCacheError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
+    except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
             ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

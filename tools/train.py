@@ -36,6 +36,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, load_config
     from perception.data.label_cache import StaleCacheError
+    from perception.data.tables import DatasetError
     from perception.training.runner import train
 
     options = dict(args.cfg_options)
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, options)
         metrics = train(cfg, work_dir, resume=args.resume)
-    except (ConfigError, StaleCacheError, FileNotFoundError, ValueError) as error:
+    except (ConfigError, StaleCacheError, DatasetError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print("final metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())

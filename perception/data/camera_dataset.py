@@ -41,9 +41,15 @@ def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
 class NuScenesCameraDataset(Dataset):
     """Items: dict(image [3,H,W], targets (per task, with a ``valid`` flag), meta)."""
 
+    # Consecutive unreadable images tolerated while looking for a replacement item.
+    MAX_REPLACEMENT_TRIES = 16
+
     def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
-                 seed: int = 0):
-        self.seed = seed
+                 seed: int = 0, skip_bad_images: bool = False):
+        """``skip_bad_images`` (training): an unreadable image is replaced by the next item and its path
+        reported in ``meta["skipped_images"]`` (counted against faults.max_bad_images); otherwise
+        (evaluation) it raises ImageReadError naming the file."""
+        self.seed, self.skip_bad_images = seed, skip_bad_images
         self.data_root = data_root
         self.infos = infos
         self.cache_directory = cache_directory
@@ -54,6 +60,22 @@ class NuScenesCameraDataset(Dataset):
 
     def __getitem__(self, key) -> dict:
         """``key``: an index, or (epoch, index) from a ResumableSampler (augmentation keyed by it)."""
+        if not self.skip_bad_images:
+            return self._item(key)
+        skipped = []
+        for attempt in range(self.MAX_REPLACEMENT_TRIES):
+            index = (item_index(key) + attempt) % len(self)
+            try:
+                item = self._item((key[0], index) if isinstance(key, (tuple, list)) else index)
+            except ImageReadError:
+                skipped.append(os.path.join(self.data_root, self.infos[index]["image_path"]))
+                continue
+            item["meta"]["skipped_images"] = skipped
+            return item
+        raise ImageReadError(f"{len(skipped)} consecutive training images are unreadable, e.g. {skipped[:3]}; "
+                             "the dataset copy looks broken")
+
+    def _item(self, key) -> dict:
         rng = item_rng(self.seed, key)
         if rng is not None:
             self.transform.reseed(rng)
@@ -124,4 +146,5 @@ def collate_camera_batch(items: list[dict]) -> dict:
             },
         },
         "meta": [item["meta"] for item in items],
+        "skipped_images": [path for item in items for path in item["meta"].get("skipped_images", [])],
     }

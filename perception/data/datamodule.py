@@ -53,7 +53,7 @@ class NuScenesDataModule(L.LightningDataModule):
         train = stage == "train"
         transform = CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
                                     **(self.augment if train else {}))
-        return NuScenesCameraDataset(self.data_root, infos, directory, transform, seed=self.seed)
+        return NuScenesCameraDataset(self.data_root, infos, directory, transform, seed=self.seed, skip_bad_images=train)
 
     def prepare_data(self) -> None:
         for split in set(self.splits.values()):

@@ -85,7 +85,8 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
                       drivable_max_range: float = 60.0, nusc=None, verbose: bool = True) -> str:
     """Extract every (sample, camera) of ``split`` into the cache; returns the cache directory."""
     from nuscenes.map_expansion.map_api import NuScenesMap
-    from nuscenes.nuscenes import NuScenes
+
+    from perception.data.tables import load_nuscenes
 
     start = time.time()
     data_root = os.path.abspath(data_root)
@@ -93,7 +94,7 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
     if unknown:
         raise ValueError(f"unknown camera names {unknown}; nuScenes cameras are {list(CAMERAS)}")
     if nusc is None:
-        nusc = NuScenes(version=version, dataroot=data_root, verbose=False)
+        nusc = load_nuscenes(data_root, version)
     scene_names = set(scenes_of_split(data_root, version, split))
     known = {s["name"] for s in nusc.scene}
     missing = sorted(scene_names - known)

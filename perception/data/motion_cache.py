@@ -59,7 +59,7 @@ def load_motion_cache(data_root: str, version: str, split: str, settings: Motion
 
 def build_motion_cache(data_root: str, version: str, split: str, settings: MotionDataSettings, use_map: bool,
                        cache_root: str, nusc=None, verbose: bool = True) -> str:
-    from nuscenes.nuscenes import NuScenes
+    from perception.data.tables import load_nuscenes
 
     start = time.time()
     tokens = motion_tokens_of_split(data_root, version, split)
@@ -67,7 +67,7 @@ def build_motion_cache(data_root: str, version: str, split: str, settings: Motio
         raise ValueError(f"split {split!r} of {data_root} has no prediction agents (maps/prediction/"
                          "prediction_scenes.json lists none for its scenes)")
     if nusc is None:
-        nusc = NuScenes(version=version, dataroot=os.path.abspath(data_root), verbose=False)
+        nusc = load_nuscenes(data_root, version)
     arrays = extract_motion_samples(nusc, tokens, settings, use_map=use_map)
     key = motion_cache_key(data_root, version, split, settings, use_map)
     path = motion_cache_path(cache_root, version, split)

@@ -87,9 +87,9 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
 
 
 def score_detections(cfg: ExperimentConfig, results_path: str, split: str, work_dir: str) -> dict[str, float]:
-    from nuscenes.nuscenes import NuScenes
+    from perception.data.tables import load_nuscenes
 
-    nusc = NuScenes(version=cfg.version, dataroot=os.path.abspath(cfg.data_root), verbose=False)
+    nusc = load_nuscenes(cfg.data_root, cfg.version)
     output_dir = os.path.join(work_dir, f"nuscenes_eval_{split}")
     os.makedirs(output_dir, exist_ok=True)
     return run_detection_eval(nusc, results_path, split, output_dir)

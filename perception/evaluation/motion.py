@@ -79,9 +79,10 @@ def evaluate_motion(cfg: MotionExperimentConfig, checkpoint_path: str, work_dir:
                     predictor=None) -> dict[str, float]:
     """Metrics of the model (``motion/*``) and of the devkit's constant-velocity baseline (``motion_cv/*``)."""
     from nuscenes.eval.prediction.compute_metrics import compute_metrics
-    from nuscenes.nuscenes import NuScenes
     from nuscenes.prediction import PredictHelper
     from nuscenes.prediction.models.physics import ConstantVelocityHeading
+
+    from perception.data.tables import load_nuscenes
 
     split = split or cfg.val_split
     if predictor is None:
@@ -104,7 +105,7 @@ def evaluate_motion(cfg: MotionExperimentConfig, checkpoint_path: str, work_dir:
         return metrics
 
     start = time.perf_counter()
-    nusc = NuScenes(version=cfg.version, dataroot=os.path.abspath(cfg.data_root), verbose=False)
+    nusc = load_nuscenes(cfg.data_root, cfg.version)
     helper = PredictHelper(nusc)
     config = devkit_prediction_config(motion_settings(cfg).future_seconds)
     metrics.update(flatten_devkit_metrics(compute_metrics(predictions, helper, config), "motion"))

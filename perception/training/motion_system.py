@@ -6,8 +6,9 @@ import lightning as L
 import torch
 from torch import nn
 
-from perception.config import OptimizerConfig, SchedulerConfig
+from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.metrics.trajectory import TrajectoryMetrics
+from perception.training.faults import FaultTracker
 from perception.training.motion_loss import MotionCriterion
 from perception.training.optim import build_optimizer
 
@@ -18,7 +19,7 @@ def model_inputs(batch: dict) -> tuple[torch.Tensor, ...]:
 
 class MotionSystem(L.LightningModule):
     def __init__(self, model: nn.Module, loss_weights: dict[str, float], optimizer: OptimizerConfig,
-                 scheduler: SchedulerConfig, config_text: str = ""):
+                 scheduler: SchedulerConfig, config_text: str = "", faults: FaultsConfig | None = None):
         super().__init__()
         self.model = model
         self.criterion = MotionCriterion()
@@ -26,18 +27,20 @@ class MotionSystem(L.LightningModule):
         self.self_fed = self.loss_weights["motion_reg_self_fed"] > 0
         self.optimizer_cfg, self.scheduler_cfg, self.config_text = optimizer, scheduler, config_text
         self.val_metrics = TrajectoryMetrics(k=5)
+        faults = faults or FaultsConfig()
+        self.faults = FaultTracker(faults.max_nonfinite_steps, faults.max_bad_images)
 
     def _losses(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         losses = self.criterion(self.model, model_inputs(batch), batch["future"], batch["future_valid"],
                                 self_fed=self.self_fed)
         return sum(self.loss_weights[k] * v for k, v in losses.items()), losses
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         total, losses = self._losses(batch)
-        if not torch.isfinite(total):
-            details = ", ".join(f"{k}={v.item():.4g}" for k, v in losses.items())
-            raise FloatingPointError(f"non-finite training loss at step {self.global_step}: {details}")
         size = batch["history"].shape[0]
+        if self.faults.should_skip(total, losses, self.global_step):
+            self.log("train/skipped_steps", float(self.faults.nonfinite_steps), batch_size=size)
+            return None  # every rank returns None: no backward, no optimizer step
         self.log("train/loss", total, prog_bar=True, batch_size=size)
         for name, value in losses.items():
             self.log(f"train/loss_{name}", value, batch_size=size)

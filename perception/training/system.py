@@ -6,16 +6,17 @@ import lightning as L
 import torch
 from torch import nn
 
-from perception.config import OptimizerConfig, SchedulerConfig
+from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.metrics.segmentation import BinaryIoU
 from perception.postprocess.drivable import drivable_probability
+from perception.training.faults import FaultTracker
 from perception.training.optim import build_optimizer
 
 
 class PerceptionSystem(L.LightningModule):
     def __init__(self, model: nn.Module, criteria: dict[str, nn.Module], loss_weights: dict[str, float],
                  optimizer: OptimizerConfig, scheduler: SchedulerConfig, config_text: str = "",
-                 known_loss_names: tuple[str, ...] = ()):
+                 known_loss_names: tuple[str, ...] = (), faults: FaultsConfig | None = None):
         super().__init__()
         self.model = model
         self.criteria = nn.ModuleDict(criteria)
@@ -30,6 +31,8 @@ class PerceptionSystem(L.LightningModule):
         self.scheduler_cfg = scheduler
         self.config_text = config_text
         self.val_drivable = BinaryIoU()
+        faults = faults or FaultsConfig()
+        self.faults = FaultTracker(faults.max_nonfinite_steps, faults.max_bad_images)
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.model(images)
@@ -42,12 +45,13 @@ class PerceptionSystem(L.LightningModule):
         total = sum(self.loss_weights[name] * value for name, value in losses.items())
         return total, losses, outputs
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        self.faults.count_bad_images(batch.get("skipped_images", []))
         total, losses, _ = self._losses(batch)
-        if not torch.isfinite(total):
-            details = ", ".join(f"{k}={v.item():.4g}" for k, v in losses.items())
-            raise FloatingPointError(f"non-finite training loss at step {self.global_step}: {details}")
         batch_size = batch["images"].shape[0]
+        if self.faults.should_skip(total, losses, self.global_step):
+            self.log("train/skipped_steps", float(self.faults.nonfinite_steps), batch_size=batch_size)
+            return None  # every rank returns None: no backward, no optimizer step
         self.log("train/loss", total, prog_bar=True, batch_size=batch_size)
         for name, value in losses.items():
             self.log(f"train/loss_{name}", value, batch_size=batch_size)
