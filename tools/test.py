@@ -8,6 +8,11 @@ Metrics are flat keys: ``nuscenes/mAP``, ``nuscenes/NDS``, ``nuscenes/mATE`` ...
 ``nuscenes/AP_<class>`` from the official devkit's DetectionEval on the split; ``drivable/IoU``
 at the original image resolution. The nuScenes submission JSON is written beside them.
 
+Several processes (torchrun) split the images; results are gathered and de-duplicated per camera
+image and rank 0 writes the JSON and metrics:
+
+    torchrun --standalone --nproc_per_node=8 tools/test.py CONFIG CKPT --work-dir DIR
+
 Motion configs (``task = "motion"``) forecast the split's prediction-challenge agents and write
 ``motion/minADE_5``, ``motion/minFDE_5``, ``motion/MissRate_2_5`` (also k = 1, 10) from the devkit's
 prediction metrics, beside the devkit's constant-velocity baseline as ``motion_cv/*``.
@@ -58,11 +63,29 @@ def main(args: argparse.Namespace) -> int:
             ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    path = write_metrics(metrics, work_dir)
-    print(format_table(metrics))
-    print(f"metrics written to {path}")
+    if _rank() == 0:
+        path = write_metrics(metrics, work_dir)
+        print(format_table(metrics))
+        print(f"metrics written to {path}")
     return 0
 
 
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    """main() and a clean exit from the process group under torchrun (every rank, even on error)."""
+    import torch.distributed as dist
+
+    try:
+        return main(args)
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    sys.exit(main(get_args_parser().parse_args()))
+    sys.exit(_run(get_args_parser().parse_args()))

@@ -28,7 +28,18 @@ def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
                        config_name: str = "detection_cvpr_2019") -> dict[str, float]:
     """Run DetectionEval on ``split`` (official or custom); flat ``nuscenes/*`` metrics."""
     from nuscenes.eval.detection.config import config_factory
+    from nuscenes.eval.detection.constants import DETECTION_NAMES
     from nuscenes.eval.detection.evaluate import DetectionEval
+
+    with open(result_path) as f:
+        if not any(json.load(f)["results"].values()):
+            # The devkit cannot score a submission without a single box (it raises "Invalid box
+            # type: None"); its own conventions give AP 0 and TP errors 1 (so NDS 0) for no detections.
+            print(f"warning: {result_path} holds no detection at all; scoring it as mAP 0, NDS 0")
+            flat = {"nuscenes/mAP": 0.0, "nuscenes/NDS": 0.0}
+            flat.update({f"nuscenes/{k}": 1.0 for k in ("mATE", "mASE", "mAOE", "mAVE", "mAAE")})
+            flat.update({f"nuscenes/AP_{name}": 0.0 for name in DETECTION_NAMES})
+            return flat
 
     evaluation = DetectionEval(nusc, config_factory(config_name), result_path, split, output_dir, verbose=False)
     metrics, _ = evaluation.evaluate()

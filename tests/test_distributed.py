@@ -1,0 +1,73 @@
+"""Two / three CPU processes (gloo, torchrun): training runs under DDP, and distributed evaluation
+gives the single-process metrics with no duplicated tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import TINY_MODEL
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBSTACLES = dict(TINY_MODEL, heads=dict(drivable=dict(channels=32), obstacles=dict(dim=32, num_queries=20,
+                                                                                   num_layers=1, ffn_dim=64)))
+
+
+def _config(tmp_path, small_dataset, **trainer) -> str:
+    from tests.conftest import experiment_dict
+
+    # Score threshold 0: even a 2-step model writes boxes, so the JSONs have something to compare.
+    cfg = experiment_dict(small_dataset, model=OBSTACLES, cameras=["CAM_FRONT", "CAM_BACK"], num_workers=0,
+                          cache_root=str(tmp_path / "cache"), postprocess=dict(obstacle_score_threshold=0.0,
+                                                                               obstacle_max_per_image=20))
+    cfg["trainer"].update(trainer)
+    path = tmp_path / "config.py"
+    path.write_text("\n".join(f"{k} = {v!r}" for k, v in cfg.items()) + "\n")
+    return str(path)
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+@pytest.mark.slow
+def test_ddp_training_and_distributed_evaluation_match_one_process(small_dataset, tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    # DDP training on two gloo processes through the same tools/train.py.
+    config = _config(tmp_path, small_dataset, devices=2, strategy="ddp", max_steps=2)
+    _run(torchrun + ["--nproc_per_node=2", "tools/train.py", config, "--work-dir", str(tmp_path / "train")])
+    checkpoint = str(tmp_path / "train" / "checkpoints" / "last.ckpt")
+    assert os.path.isfile(checkpoint)
+
+    # Evaluate on 1 and on 3 processes: 8 validation images over 3 ranks pads one duplicate.
+    config = _config(tmp_path, small_dataset, devices=1)
+    _run([sys.executable, "tools/test.py", config, checkpoint, "--work-dir", str(tmp_path / "one")])
+    result = _run(torchrun + ["--nproc_per_node=3", "tools/test.py", config, checkpoint, "--work-dir",
+                              str(tmp_path / "three")])
+    assert result.stdout.count("metrics written to") == 1  # rank 0 only
+
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    three = json.loads((tmp_path / "three" / "metrics.json").read_text())
+    assert three["eval/num_images"] == one["eval/num_images"] == 8
+    for key in one:
+        if not key.startswith("eval/"):
+            assert three[key] == pytest.approx(one[key], abs=1e-9), key
+    submissions = [json.loads((tmp_path / d / "results_nusc_synthetic_val.json").read_text()) for d in ("one", "three")]
+    assert sorted(submissions[0]["results"]) == sorted(submissions[1]["results"])  # no token twice, none missing
+    assert sum(map(len, submissions[0]["results"].values())) > 0
+    assert "nuscenes/mAP" in one and "drivable/IoU" in one
+    for token, boxes in submissions[0]["results"].items():
+        other = submissions[1]["results"][token]
+        assert len(boxes) == len(other)
+        def key(box):
+            position = tuple(round(v, 3) for v in box["translation"])
+            return box["detection_name"], round(box["detection_score"], 6), position
+
+        assert sorted(map(key, boxes)) == sorted(map(key, other))
