@@ -30,8 +30,8 @@ def _config(tmp_path, small_dataset, **trainer) -> str:
     return str(path)
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+def _run(command: list[str], **env_vars) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1", **env_vars)
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result
@@ -40,9 +40,10 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_ddp_training_and_distributed_evaluation_match_one_process(small_dataset, tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    # DDP training on two gloo processes through the same tools/train.py.
-    config = _config(tmp_path, small_dataset, devices=2, strategy="ddp", max_steps=2)
-    _run(torchrun + ["--nproc_per_node=2", "tools/train.py", config, "--work-dir", str(tmp_path / "train")])
+    # DDP training on two gloo processes: tools/dist_train.sh -> torchrun -> the same tools/train.py.
+    config = _config(tmp_path, small_dataset, max_steps=2)
+    _run(["bash", "tools/dist_train.sh", config, "2", "--work-dir", str(tmp_path / "train")],
+         PYTHON=sys.executable, PORT="29517")
     checkpoint = str(tmp_path / "train" / "checkpoints" / "last.ckpt")
     assert os.path.isfile(checkpoint)
 
@@ -71,3 +72,14 @@ def test_ddp_training_and_distributed_evaluation_match_one_process(small_dataset
             return box["detection_name"], round(box["detection_score"], 6), position
 
         assert sorted(map(key, boxes)) == sorted(map(key, other))
+
+
+def test_launchers_are_valid_bash_and_match_the_trainer():
+    for script in ("tools/dist_train.sh", "tools/slurm_train.sh"):
+        subprocess.run(["bash", "-n", script], cwd=REPO, check=True)
+        text = open(os.path.join(REPO, script)).read()
+        assert "--devices" in text and "--num-nodes" in text and "--strategy ddp" in text
+    slurm = open(os.path.join(REPO, "tools/slurm_train.sh")).read()
+    assert "#SBATCH --signal=USR1@" in slurm and "#SBATCH --requeue" in slurm and "--resume auto" in slurm
+    usage = subprocess.run(["bash", "tools/dist_train.sh"], cwd=REPO, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr

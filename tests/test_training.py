@@ -62,6 +62,15 @@ def test_resume_rules(trained, tmp_path):
         resolve_resume(work_dir, str(tmp_path / "missing.ckpt"))
     with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
         resolve_resume(str(tmp_path), True)
+    assert resolve_resume(str(tmp_path), "auto") is None  # first run of a cluster job: fresh start
+    assert resolve_resume(work_dir, "auto").endswith("last.ckpt")
+    hpc = os.path.join(work_dir, "hpc_ckpt_1.ckpt")  # written by Lightning on SLURM pre-emption
+    with open(hpc, "wb") as f:
+        f.write(b"x")
+    try:
+        assert resolve_resume(work_dir, "auto") == hpc
+    finally:
+        os.remove(hpc)
 
 
 def test_resume_continues_to_max_steps(trained, small_dataset):

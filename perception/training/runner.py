@@ -21,18 +21,26 @@ def checkpoint_dir(work_dir: str) -> str:
 
 
 def resolve_resume(work_dir: str, resume: str | bool | None) -> str | None:
-    """``--resume`` alone takes the work dir's last checkpoint; a given path must exist."""
+    """Checkpoint to resume from.
+
+    ``True``: the work dir's newest checkpoint (a SLURM ``hpc_ckpt_*.ckpt`` or ``last.ckpt``); an
+    error if there is none. ``"auto"``: the same, or None (a fresh start) when there is none, for
+    cluster jobs that may or may not be restarts. A path must exist: never a silent fresh start.
+    """
     if resume is None or resume is False:
         return None
     if resume is True or resume == "auto":
-        last = os.path.join(checkpoint_dir(work_dir), "last.ckpt")
-        if os.path.isfile(last):
-            return last
-        candidates = sorted(glob.glob(os.path.join(checkpoint_dir(work_dir), "*.ckpt")), key=os.path.getmtime)
+        candidates = glob.glob(os.path.join(checkpoint_dir(work_dir), "*.ckpt"))
+        candidates += glob.glob(os.path.join(work_dir, "hpc_ckpt_*.ckpt"))  # Lightning's SLURM pre-emption saves
         if not candidates:
+            if resume == "auto":
+                return None
             raise FileNotFoundError(f"--resume given but {checkpoint_dir(work_dir)} holds no checkpoint; "
-                                    "drop --resume to start fresh")
-        return candidates[-1]
+                                    "drop --resume to start fresh (or use --resume auto)")
+        last = os.path.join(checkpoint_dir(work_dir), "last.ckpt")
+        newest = max(candidates, key=os.path.getmtime)
+        # best.ckpt is never newer than last.ckpt in content; prefer last when they tie.
+        return last if os.path.isfile(last) and os.path.getmtime(last) >= os.path.getmtime(newest) else newest
     if not os.path.isfile(resume):
         raise FileNotFoundError(f"--resume checkpoint {resume} does not exist (refusing to start from scratch)")
     return resume
