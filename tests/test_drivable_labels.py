@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 from nuscenes.map_expansion.map_api import NuScenesMap
 from shapely import contains_xy
@@ -10,6 +9,7 @@ from shapely.ops import unary_union
 
 from perception.data.drivable_projection import IGNORE_INDEX
 from perception.data.label_cache import build_label_cache, load_label_cache
+from perception.data.mask_codec import read_mask
 from perception.geometry import pixel_rays, rays_to_ground
 
 
@@ -24,7 +24,8 @@ def test_projected_mask_agrees_with_map_polygons(small_dataset, tmp_path):
     drivable = unary_union([nusc_map.extract_polygon(t) for r in nusc_map.drivable_area for t in r["polygon_tokens"]])
     checked = agreed = 0
     for info in infos:
-        mask = cv2.imread(f"{directory}/{info['drivable_mask']}", cv2.IMREAD_UNCHANGED)
+        width, height = info["image_size"]
+        mask = read_mask(f"{directory}/{info['drivable_mask']}", height, width)
         width, height = info["image_size"]
         assert mask.shape == (height, width)
         assert set(np.unique(mask)) <= {0, 1, IGNORE_INDEX}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+import torch
 
 from perception.data.transforms import CameraTransform, GeometryParams
 from perception.geometry import project_points
@@ -75,3 +76,29 @@ def test_padding_marks_unknown_mask_pixels_ignore():
         image, mask, np.zeros((0, 4)), np.zeros((0, 2)), INTRINSICS, GeometryParams(0.5, 0, 0, False))
     assert out["mask"].shape == (64, 128)
     assert np.all(out["mask"][50:] == 255) and np.all(out["mask"][:50, :100] == 1)
+
+
+def test_half_resolution_decoding_gives_the_same_sample(small_dataset):
+    """When the input is at most half the image size, decoding the JPEG at half size (in the DCT
+    domain) must give the same geometry and nearly the same pixels as full decoding + resize."""
+    from perception.data.camera_dataset import NuScenesCameraDataset
+    from perception.data.datamodule import ensure_label_cache
+    from perception.data.label_cache import default_cache_root
+
+    infos, directory = ensure_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", ["CAM_FRONT"],
+                                          default_cache_root(small_dataset), 60.0)
+    transform = CameraTransform((128, 224), train=False)  # 480x270 -> 224 wide: scale 0.467
+    full = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=False)
+    half = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=True)
+    for index in range(len(infos)):
+        a, b = full[index], half[index]
+        np.testing.assert_allclose(a["meta"]["affine"], b["meta"]["affine"], atol=1e-9)
+        np.testing.assert_allclose(a["meta"]["intrinsics"], b["meta"]["intrinsics"], atol=1e-9)
+        ta, tb = a["targets"]["obstacles"], b["targets"]["obstacles"]
+        assert torch.equal(ta["labels"], tb["labels"])
+        np.testing.assert_allclose(ta["center_uv"], tb["center_uv"], atol=1e-4)
+        np.testing.assert_allclose(ta["boxes_xyxy"], tb["boxes_xyxy"], atol=1.0)
+        # Normalised images: ImageNet std ~0.225, so 0.1 here is ~6 grey levels on average.
+        assert (a["image"] - b["image"]).abs().mean() < 0.1
+        same = (a["targets"]["drivable"]["mask"] == b["targets"]["drivable"]["mask"]).float().mean()
+        assert same > 0.97

@@ -1,6 +1,7 @@
 """Labels extracted once from nuScenes with the devkit into a versioned, stamped cache.
 
-Layout: <cache_root>/<version>/<split>/{meta.json, infos.json, masks/<sample_data_token>.png}.
+Layout: <cache_root>/<version>/<split>/{meta.json, infos.json, masks/<sample_data_token>.npy} (masks as
+run lengths, perception.data.mask_codec).
 ``meta.json`` records what the cache was built from (dataset root, table fingerprints,
 settings, format version). Loading checks it: a cache built from other data or settings
 is an error that says how to rebuild, never silently used.
@@ -19,11 +20,12 @@ import numpy as np
 from pyquaternion import Quaternion
 
 from perception.data.drivable_projection import DrivableRasterizer, project_drivable_mask
+from perception.data.mask_codec import write_mask
 from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
 from perception.data.splits import scenes_of_split
 from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: drivable masks as run lengths (.npy) instead of PNG
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
@@ -157,8 +159,8 @@ def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: D
 
     mask = project_drivable_mask(rasterizer, intrinsics, global_from_camera, float(pose["translation"][2]),
                                  width, height, max_range)
-    mask_name = f"masks/{sd['token']}.png"
-    cv2.imwrite(os.path.join(staging, mask_name), mask)
+    mask_name = f"masks/{sd['token']}.npy"
+    write_mask(os.path.join(staging, mask_name), mask)
 
     obstacles = _obstacles_in_camera(nusc, sample, intrinsics, invert_transform(global_from_camera), width, height)
     return {

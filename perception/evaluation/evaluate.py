@@ -10,7 +10,6 @@ import json
 import os
 import time
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -18,6 +17,7 @@ from torch.utils.data import DataLoader
 from perception.build import build_datamodule, build_model
 from perception.config import ExperimentConfig
 from perception.data.camera_dataset import collate_camera_batch
+from perception.data.mask_codec import read_mask
 from perception.data.sampling import ResumableSampler
 from perception.evaluation.checkpoint import load_model_weights
 from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
@@ -65,7 +65,8 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
         for i, meta in enumerate(batch["meta"]):
             result = {"sample_token": meta["sample_token"]}
             if probability is not None:
-                truth = cv2.imread(meta["drivable_mask_path"], cv2.IMREAD_UNCHANGED)
+                width, height = meta["orig_size"]
+                truth = read_mask(meta["drivable_mask_path"], height, width)
                 counts = BinaryIoU()
                 counts.update(to_original_image(probability[i], meta["affine"], meta["orig_size"]), truth)
                 result["drivable"] = (counts.tp, counts.fp, counts.fn, counts.tn)
