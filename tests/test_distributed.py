@@ -83,3 +83,14 @@ def test_launchers_are_valid_bash_and_match_the_trainer():
     assert "#SBATCH --signal=USR1@" in slurm and "#SBATCH --requeue" in slurm and "--resume auto" in slurm
     usage = subprocess.run(["bash", "tools/dist_train.sh"], cwd=REPO, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_dockerfile_copies_what_exists_and_pins_dependencies():
+    """No Docker engine here: check what can be checked without one."""
+    text = open(os.path.join(REPO, "docker", "Dockerfile")).read()
+    assert text.startswith("#") and "FROM nvcr.io/nvidia/pytorch:" in text
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert os.path.exists(os.path.join(REPO, source)), f"Dockerfile copies missing {source}"
+    assert "-c /tmp/constraints.txt" in text and "NO_ALBUMENTATIONS_UPDATE=1" in text

@@ -85,6 +85,10 @@ def evaluate_motion(cfg: MotionExperimentConfig, checkpoint_path: str, work_dir:
     from perception.data.tables import load_nuscenes
 
     split = split or cfg.val_split
+    from perception.evaluation.evaluate import distributed_rank_and_world
+
+    if distributed_rank_and_world()[0] != 0:
+        return {}  # forecasting a split takes seconds: under torchrun, rank 0 does it alone
     if predictor is None:
         model = build_motion_model(cfg)
         load_model_weights(model, checkpoint_path)
