@@ -26,7 +26,7 @@ def test_tiny_model_overfits_drivable_area(small_dataset):
         scheduler=dict(warmup_steps=10, warmup_ratio=0.1, min_lr_ratio=0.1),
         trainer=dict(max_steps=160, max_epochs=-1, accelerator="cpu", devices=1, limit_val_batches=0,
                      num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
-                     logger=False, enable_checkpointing=False)))
+                     enable_checkpointing=False)))
     datamodule = NuScenesDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, list(cfg.cameras),
                                     cfg.input_size, 4, 8, 0, cache_root=None, scale_range=(1.0, 1.0),
                                     flip_prob=0.0, photometric=False)
@@ -34,7 +34,7 @@ def test_tiny_model_overfits_drivable_area(small_dataset):
     loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_camera_batch)
     system = build_system(cfg)
     untrained = _iou(system, train_set)
-    L.Trainer(**cfg.trainer).fit(system, train_dataloaders=loader)
+    L.Trainer(**cfg.trainer, logger=False).fit(system, train_dataloaders=loader)
     trained = _iou(system, train_set)
     assert untrained < 0.6
     assert trained >= 0.9, f"drivable IoU after overfitting: {trained:.3f} (untrained {untrained:.3f})"
@@ -75,14 +75,14 @@ def test_tiny_model_overfits_obstacles_to_a_nontrivial_nuscenes_map(small_datase
         scheduler=dict(warmup_steps=20, warmup_ratio=0.1, min_lr_ratio=0.1),
         trainer=dict(max_steps=OBSTACLE_STEPS, max_epochs=-1, accelerator="cpu", devices=1, limit_val_batches=0,
                      num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
-                     logger=False, enable_checkpointing=False, gradient_clip_val=1.0)))
+                     enable_checkpointing=False, gradient_clip_val=1.0)))
     datamodule = NuScenesDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, list(cfg.cameras),
                                     cfg.input_size, 4, 8, 0)
     train_set = datamodule.dataset("val")  # the evaluation transform: the images that will be scored
     loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_camera_batch)
     system = build_system(cfg)
     untrained = evaluate(cfg, None, str(tmp_path / "before"), predictor=system.model.eval(), num_workers=0)
-    L.Trainer(**cfg.trainer).fit(system.train(), train_dataloaders=loader)
+    L.Trainer(**cfg.trainer, logger=False).fit(system.train(), train_dataloaders=loader)
     trained = evaluate(cfg, None, str(tmp_path / "after"), predictor=system.model.eval(), num_workers=0)
     print(f"obstacle overfit: mAP {trained['nuscenes/mAP']:.3f} NDS {trained['nuscenes/NDS']:.3f} "
           f"mATE {trained['nuscenes/mATE']:.3f} AP_car {trained['nuscenes/AP_car']:.3f} "

@@ -78,15 +78,14 @@ def test_padding_marks_unknown_mask_pixels_ignore():
     assert np.all(out["mask"][50:] == 255) and np.all(out["mask"][:50, :100] == 1)
 
 
-def test_half_resolution_decoding_gives_the_same_sample(small_dataset):
+def test_half_resolution_decoding_gives_the_same_sample(small_dataset, tmp_path):
     """When the input is at most half the image size, decoding the JPEG at half size (in the DCT
     domain) must give the same geometry and nearly the same pixels as full decoding + resize."""
     from perception.data.camera_dataset import NuScenesCameraDataset
     from perception.data.datamodule import ensure_label_cache
-    from perception.data.label_cache import default_cache_root
 
     infos, directory = ensure_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", ["CAM_FRONT"],
-                                          default_cache_root(small_dataset), 60.0)
+                                          str(tmp_path / "cache"), 60.0)
     transform = CameraTransform((128, 224), train=False)  # 480x270 -> 224 wide: scale 0.467
     full = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=False)
     half = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=True)
