@@ -49,3 +49,15 @@ class FaultTracker:
         if self.bad_images > self.max_bad_images:
             raise RuntimeError(f"{self.bad_images} unreadable training images exceed faults.max_bad_images="
                                f"{self.max_bad_images} (the first are in the log); check the dataset copy")
+
+
+def loss_or_skip(module, total: torch.Tensor, losses: dict[str, torch.Tensor], batch_size: int) -> torch.Tensor | None:
+    """The end of a training step: log the losses and return the total, or (non-finite on some
+    rank) log the skip and return None on every rank, so none runs backward or the optimizer."""
+    if module.faults.should_skip(total, losses, module.global_step):
+        module.log("train/skipped_steps", float(module.faults.nonfinite_steps), batch_size=batch_size)
+        return None
+    module.log("train/loss", total, prog_bar=True, batch_size=batch_size)
+    for name, value in losses.items():
+        module.log(f"train/loss_{name}", value, batch_size=batch_size)
+    return total

@@ -8,7 +8,7 @@ from torch import nn
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.metrics.trajectory import TrajectoryMetrics
-from perception.training.faults import FaultTracker
+from perception.training.faults import FaultTracker, loss_or_skip
 from perception.training.motion_loss import MotionCriterion
 from perception.training.optim import build_optimizer
 
@@ -37,14 +37,7 @@ class MotionSystem(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         total, losses = self._losses(batch)
-        size = batch["history"].shape[0]
-        if self.faults.should_skip(total, losses, self.global_step):
-            self.log("train/skipped_steps", float(self.faults.nonfinite_steps), batch_size=size)
-            return None  # every rank returns None: no backward, no optimizer step
-        self.log("train/loss", total, prog_bar=True, batch_size=size)
-        for name, value in losses.items():
-            self.log(f"train/loss_{name}", value, batch_size=size)
-        return total
+        return loss_or_skip(self, total, losses, batch["history"].shape[0])
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         total, _ = self._losses(batch)

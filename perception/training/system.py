@@ -9,7 +9,7 @@ from torch import nn
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.metrics.segmentation import BinaryIoU
 from perception.postprocess.drivable import drivable_probability
-from perception.training.faults import FaultTracker
+from perception.training.faults import FaultTracker, loss_or_skip
 from perception.training.optim import build_optimizer
 
 
@@ -48,14 +48,7 @@ class PerceptionSystem(L.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         self.faults.count_bad_images(batch.get("skipped_images", []))
         total, losses, _ = self._losses(batch)
-        batch_size = batch["images"].shape[0]
-        if self.faults.should_skip(total, losses, self.global_step):
-            self.log("train/skipped_steps", float(self.faults.nonfinite_steps), batch_size=batch_size)
-            return None  # every rank returns None: no backward, no optimizer step
-        self.log("train/loss", total, prog_bar=True, batch_size=batch_size)
-        for name, value in losses.items():
-            self.log(f"train/loss_{name}", value, batch_size=batch_size)
-        return total
+        return loss_or_skip(self, total, losses, batch["images"].shape[0])
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         total, losses, outputs = self._losses(batch)
