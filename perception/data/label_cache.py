@@ -46,20 +46,26 @@ def file_stamp(path: str) -> list:
     return [os.path.basename(path), stat.st_size, int(stat.st_mtime)]
 
 
-def cache_key(data_root: str, version: str, split: str, cameras, drivable_max_range: float) -> dict:
-    data_root = os.path.abspath(data_root)
+def source_stamps(data_root: str, version: str, map_expansion: bool = True, extra: tuple[str, ...] = ()) -> list:
+    """Stamps of what a cache is built from: the fingerprint tables, the map expansion JSONs (if
+    used), ``splits.json`` and ``extra`` files (relative to data_root) where they exist."""
     tables = os.path.join(data_root, version)
     stamps = [file_stamp(os.path.join(tables, f"{t}.json")) for t in FINGERPRINT_TABLES]
     expansion = os.path.join(data_root, "maps", "expansion")
-    if os.path.isdir(expansion):
+    if map_expansion and os.path.isdir(expansion):
         stamps += [file_stamp(os.path.join(expansion, f)) for f in sorted(os.listdir(expansion))
                    if f.endswith(".json")]
-    splits = os.path.join(tables, "splits.json")
-    if os.path.isfile(splits):
-        stamps.append(file_stamp(splits))
+    for path in [os.path.join(tables, "splits.json")] + [os.path.join(data_root, e) for e in extra]:
+        if os.path.isfile(path):
+            stamps.append(file_stamp(path))
+    return stamps
+
+
+def cache_key(data_root: str, version: str, split: str, cameras, drivable_max_range: float) -> dict:
+    data_root = os.path.abspath(data_root)
     return {"format": CACHE_FORMAT, "data_root": data_root, "version": version, "split": split,
             "cameras": list(cameras), "drivable_max_range": float(drivable_max_range),
-            "classes": list(DETECTION_CLASSES), "source_files": stamps}
+            "classes": list(DETECTION_CLASSES), "source_files": source_stamps(data_root, version)}
 
 
 def load_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,

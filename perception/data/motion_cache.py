@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from perception.data.label_cache import FINGERPRINT_TABLES, StaleCacheError, file_stamp
+from perception.data.label_cache import StaleCacheError, source_stamps
 from perception.data.motion_samples import MotionDataSettings, extract_motion_samples, motion_tokens_of_split
 
 MOTION_CACHE_FORMAT = 1
@@ -26,13 +26,7 @@ def motion_cache_path(cache_root: str, version: str, split: str) -> str:
 
 def motion_cache_key(data_root: str, version: str, split: str, settings: MotionDataSettings, use_map: bool) -> dict:
     data_root = os.path.abspath(data_root)
-    stamps = [file_stamp(os.path.join(data_root, version, f"{t}.json")) for t in FINGERPRINT_TABLES]
-    for extra in ("maps/prediction/prediction_scenes.json", f"{version}/splits.json"):
-        if os.path.isfile(os.path.join(data_root, extra)):
-            stamps.append(file_stamp(os.path.join(data_root, extra)))
-    expansion = os.path.join(data_root, "maps", "expansion")
-    if use_map and os.path.isdir(expansion):
-        stamps += [file_stamp(os.path.join(expansion, f)) for f in sorted(os.listdir(expansion)) if f.endswith(".json")]
+    stamps = source_stamps(data_root, version, map_expansion=use_map, extra=("maps/prediction/prediction_scenes.json",))
     return {"format": MOTION_CACHE_FORMAT, "data_root": data_root, "version": version, "split": split,
             "settings": dataclasses.asdict(settings), "use_map": use_map, "source_files": stamps}
 

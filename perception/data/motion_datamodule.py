@@ -35,8 +35,8 @@ class MotionDataset(Dataset):
         index, rng = item_index(key), item_rng(self.seed, key)
         item = {k: torch.from_numpy(v[index].copy()) for k, v in self.arrays.items()}
         if self.mirror_prob and rng is not None and rng.random() < self.mirror_prob:
-            for key in ("history", "future"):
-                item[key][..., 0] = -item[key][..., 0]
+            for name in ("history", "future"):
+                item[name][..., 0] = -item[name][..., 0]
             item["lanes"][..., 0] = -item["lanes"][..., 0]  # x
             item["lanes"][..., 2] = -item["lanes"][..., 2]  # x component of the lane direction
         return item

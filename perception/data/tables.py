@@ -39,13 +39,13 @@ def load_nuscenes(data_root: str, version: str):
     from nuscenes.nuscenes import NuScenes
 
     data_root = os.path.abspath(data_root)
-    problem = None
     if not os.path.isdir(os.path.join(data_root, version)):
-        problem = find_table_problem(data_root, version)
-    if problem is None:
-        try:
-            return NuScenes(version=version, dataroot=data_root, verbose=False)
-        except (AssertionError, FileNotFoundError, KeyError, TypeError, ValueError) as error:
-            problem = find_table_problem(data_root, version) or f"the devkit could not load {data_root}/{version}: " \
-                f"{type(error).__name__}: {error} (a record references a token missing from its table?)"
-    raise DatasetError(problem)
+        raise DatasetError(find_table_problem(data_root, version))
+    try:
+        return NuScenes(version=version, dataroot=data_root, verbose=False)
+    except (AssertionError, FileNotFoundError, KeyError, TypeError, ValueError) as error:
+        # Only on failure: reading every table again to name the broken one costs as much as loading.
+        problem = find_table_problem(data_root, version) or (
+            f"the devkit could not load {data_root}/{version}: {type(error).__name__}: {error} "
+            "(a record references a token missing from its table?)")
+        raise DatasetError(problem) from error

@@ -107,8 +107,7 @@ class CameraTransform:
         boxes, box_indices = _transform_boxes(np.asarray(boxes_xyxy, np.float64).reshape(-1, 4), affine, size)
 
         # Intrinsics and keypoints follow the same affine (continuous pixel coordinates, pixel i
-        # covers [i, i+1); albumentations' keypoint flip uses W - 1 - x instead). A flip is absorbed
-        # by mirroring the 3D targets (x -> -x), so fx stays positive.
+        # covers [i, i+1)). A flip is absorbed by mirroring the 3D targets (x -> -x), so fx stays positive.
         new_k = affine @ np.asarray(intrinsics, dtype=np.float64)
         if params.flip:
             new_k = new_k @ np.diag([-1.0, 1.0, 1.0])

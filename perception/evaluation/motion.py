@@ -22,6 +22,7 @@ from perception.config import MotionExperimentConfig
 from perception.data.motion_datamodule import MODEL_INPUTS
 from perception.data.motion_samples import to_global_frame
 from perception.evaluation.checkpoint import load_model_weights
+from perception.evaluation.evaluate import distributed_rank_and_world
 
 K_TO_REPORT = (1, 5, 10)
 MISS_TOLERANCE = 2.0
@@ -85,8 +86,6 @@ def evaluate_motion(cfg: MotionExperimentConfig, checkpoint_path: str, work_dir:
     from perception.data.tables import load_nuscenes
 
     split = split or cfg.val_split
-    from perception.evaluation.evaluate import distributed_rank_and_world
-
     if distributed_rank_and_world()[0] != 0:
         return {}  # forecasting a split takes seconds: under torchrun, rank 0 does it alone
     if predictor is None:

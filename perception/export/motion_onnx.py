@@ -43,8 +43,7 @@ def example_inputs(model: TrajectoryTransformer, batch: int, max_lanes: int, see
     history = history * steps * speed * 0.5 + 0.2 * torch.randn(batch, model.past_steps, 2, generator=g)
     history_valid = (torch.rand(batch, model.past_steps, generator=g) > 0.2).float()
     history_valid[:, -1] = 1.0
-    lane_points = model.lane_embed[0].in_features // 4
-    lanes = torch.randn(batch, max_lanes, lane_points, 4, generator=g) * 10.0
+    lanes = torch.randn(batch, max_lanes, model.lane_points, 4, generator=g) * 10.0
     lanes[..., 2:] = torch.nn.functional.normalize(lanes[..., 2:], dim=-1)
     lanes_valid = (torch.rand(batch, max_lanes, generator=g) > 0.3).float()
     return history, history_valid, lanes, lanes_valid
@@ -87,24 +86,23 @@ def export_forecaster(model: TrajectoryTransformer, path: str, max_lanes: int, b
     # Parity on a second, different input (and another batch size when the axis is dynamic).
     check_batch = batch or 5
     parity = check_parity(graph, path, example_inputs(model, check_batch, max_lanes, seed=1))
+    agents = "agents" if batch is None else batch
     sidecar = {
         "model": "TrajectoryTransformer (perception.models.trajectory_transformer)",
         "inputs": {
-            "history": {"shape": ["agents" if batch is None else batch, model.past_steps, 2], "dtype": "float32",
+            "history": {"shape": [agents, model.past_steps, 2], "dtype": "float32",
                         "meaning": "past positions, oldest first, agent frame (m): +y = heading, +x = right"},
-            "history_valid": {"shape": ["agents" if batch is None else batch, model.past_steps], "dtype": "float32",
+            "history_valid": {"shape": [agents, model.past_steps], "dtype": "float32",
                               "meaning": "1 = past position exists, 0 = padding"},
-            "lanes": {"shape": ["agents" if batch is None else batch, max_lanes, model.lane_embed[0].in_features // 4,
-                                4], "dtype": "float32",
+            "lanes": {"shape": [agents, max_lanes, model.lane_points, 4], "dtype": "float32",
                       "meaning": "lane centreline segments, (x, y, cos, sin of the lane direction), agent frame"},
-            "lanes_valid": {"shape": ["agents" if batch is None else batch, max_lanes], "dtype": "float32",
+            "lanes_valid": {"shape": [agents, max_lanes], "dtype": "float32",
                             "meaning": "1 = lane segment present, 0 = padding"},
         },
         "outputs": {
-            "trajectories": {"shape": ["agents" if batch is None else batch, model.num_modes, model.future_steps, 2],
+            "trajectories": {"shape": [agents, model.num_modes, model.future_steps, 2],
                              "meaning": "future positions at 2 Hz, agent frame (m)"},
-            "probabilities": {"shape": ["agents" if batch is None else batch, model.num_modes],
-                              "meaning": "mode probabilities (softmax)"},
+            "probabilities": {"shape": [agents, model.num_modes], "meaning": "mode probabilities (softmax)"},
         },
         "opset": opset,
         "package_version": perception.__version__,

@@ -34,6 +34,7 @@ class TrajectoryTransformer(nn.Module):
                  num_modes: int = 5, dropout: float = 0.0):
         super().__init__()
         self.past_steps, self.future_steps, self.num_modes, self.dim = past_steps, future_steps, num_modes, dim
+        self.lane_points = lane_points
         self.history_embed = _mlp(4, dim, dim)  # (x, y, dx, dy) / scale
         self.lane_embed = _mlp(lane_points * 4, dim, dim)  # flattened (x / scale, y / scale, cos, sin) per point
         self.type_embed = nn.Embedding(2, dim)  # 0 = agent history, 1 = lane
@@ -103,10 +104,12 @@ class TrajectoryTransformer(nn.Module):
         queries = queries.view(batch, self.num_modes, -1, self.dim)
         return self.position_head(queries) * POSITION_SCALE, self.mode_head(queries[:, :, 0]).squeeze(-1)
 
-    @staticmethod
-    def _initial_displacement(history: torch.Tensor, history_valid: torch.Tensor) -> torch.Tensor:
-        """[B,2]: current position (origin) minus the last past position, zero without one."""
-        return -history[:, -1] * history_valid[:, -1:]
+    def _start_window(self, history: torch.Tensor, history_valid: torch.Tensor) -> torch.Tensor:
+        """[B,K,2,2]: the two positions before step 0 for every mode: the last past position (the
+        origin when there is none, i.e. no initial displacement) and the origin."""
+        last = (history[:, -1] * history_valid[:, -1:])[:, None, None, :]  # (B, 1, 1, 2)
+        origin = torch.zeros_like(last)
+        return torch.cat([last, origin], dim=2).expand(-1, self.num_modes, -1, -1)
 
     def forward(self, history, history_valid, lanes, lanes_valid, future):
         """Teacher forcing: all steps at once from given positions -> (trajectories [B,K,T,2], logits [B,K]).
@@ -118,9 +121,7 @@ class TrajectoryTransformer(nn.Module):
         batch = history.shape[0]
         if future.dim() == 3:
             future = future[:, None].expand(batch, self.num_modes, -1, -1)
-        origin = future.new_zeros(batch, self.num_modes, 1, 2)
-        before = -self._initial_displacement(history, history_valid)[:, None, None, :].expand_as(origin)
-        previous = torch.cat([before, origin, future[:, :, :-1]], dim=2)  # (B, K, T+1, 2)
+        previous = torch.cat([self._start_window(history, history_valid), future[:, :, :-1]], dim=2)  # (B,K,T+1,2)
         queries = self._step_queries(previous)
         memory, memory_mask = self._memory_per_mode(memory, memory_valid)
         self_mask = causal_mask(queries.shape[1], device=queries.device)
@@ -138,9 +139,7 @@ class TrajectoryTransformer(nn.Module):
         memory, memory_valid = self.encode(history, history_valid, lanes, lanes_valid)
         batch = history.shape[0]
         memory, memory_mask = self._memory_per_mode(memory, memory_valid)
-        origin = history.new_zeros(batch, self.num_modes, 1, 2)
-        before = -self._initial_displacement(history, history_valid)[:, None, None, :].expand_as(origin)
-        window = torch.cat([before, origin], dim=2)  # the two positions before the next step
+        window = self._start_window(history, history_valid)  # the two positions before the next step
         caches: list[torch.Tensor | None] = [None] * len(self.decoder)
         positions, logits = [], None
         for step in range(self.future_steps):

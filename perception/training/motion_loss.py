@@ -1,8 +1,9 @@
 """Winner-takes-all loss for K-mode trajectory forecasts, on two decoder passes.
 
-Only the mode closest to the ground truth (average displacement over the valid future steps)
-is regressed, so the other modes are free to cover other futures; the mode logits learn to
-pick that winner (cross-entropy). Regression is smooth L1 in network units (POSITION_SCALE).
+The mode closest to the ground truth (average displacement over the valid future steps) takes
+almost all of the regression weight (relaxed WTA, below), so the other modes are free to cover
+other futures; the mode logits learn to pick that winner (cross-entropy). Regression is smooth
+L1 in network units (POSITION_SCALE).
 
 ``motion_reg`` is the teacher-forced pass (decoder inputs = ground truth). With teacher forcing
 alone the one-step task is trivial (continue the true prefix) and the rollout at inference
@@ -53,13 +54,15 @@ class MotionCriterion(nn.Module):
     loss_names = ("motion_reg", "motion_reg_self_fed", "motion_cls")
 
     def forward(self, model: nn.Module, inputs: tuple, future: torch.Tensor, future_valid: torch.Tensor,
-                self_fed: bool = True) -> dict[str, torch.Tensor]:
+                self_fed: bool = True, rollout: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """``rollout`` [B,K,T,2]: the model's own forecast when the caller already has it (validation)."""
         trajectories, logits = model(*inputs, future)
         losses = {}
         losses["motion_reg"], best = winner_takes_all(trajectories, future, future_valid)
         if self_fed:
-            with torch.no_grad():
-                rollout, _ = model.forecast(*inputs)
+            if rollout is None:
+                with torch.no_grad():
+                    rollout, _ = model.forecast(*inputs)
             trajectories, logits = model(*inputs, rollout)
             losses["motion_reg_self_fed"], best = winner_takes_all(trajectories, future, future_valid)
         losses["motion_cls"] = F.cross_entropy(logits, best)

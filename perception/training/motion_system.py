@@ -30,9 +30,9 @@ class MotionSystem(L.LightningModule):
         faults = faults or FaultsConfig()
         self.faults = FaultTracker(faults.max_nonfinite_steps, faults.max_bad_images)
 
-    def _losses(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _losses(self, batch: dict, rollout: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         losses = self.criterion(self.model, model_inputs(batch), batch["future"], batch["future_valid"],
-                                self_fed=self.self_fed)
+                                self_fed=self.self_fed, rollout=rollout)
         return sum(self.loss_weights[k] * v for k, v in losses.items()), losses
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
@@ -40,9 +40,9 @@ class MotionSystem(L.LightningModule):
         return loss_or_skip(self, total, losses, batch["history"].shape[0])
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        total, _ = self._losses(batch)
-        self.log("val/loss", total, batch_size=batch["history"].shape[0], sync_dist=True)
         trajectories, probabilities = self.model.forecast(*model_inputs(batch))
+        total, _ = self._losses(batch, rollout=trajectories)  # the self-fed pass reuses this forecast
+        self.log("val/loss", total, batch_size=batch["history"].shape[0], sync_dist=True)
         self.val_metrics.update(trajectories.cpu().numpy(), probabilities.cpu().numpy(), batch["future"].cpu().numpy())
 
     def on_validation_epoch_end(self) -> None:

@@ -48,7 +48,6 @@ def resolve_resume(work_dir: str, resume: str | bool | None) -> str | None:
 
 def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callbacks: list | None = None) -> dict:
     """Train as configured; returns the final logged metrics (floats). ``callbacks`` are added to ours."""
-    extra_callbacks = list(callbacks or [])
     experiment = parse_config(cfg)
     os.makedirs(work_dir, exist_ok=True)
     resolved_path = os.path.join(work_dir, "config.py")
@@ -61,7 +60,7 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     datamodule = build_datamodule(experiment)
     system = build_system(experiment, config_text=config_text)
     monitor, mode = checkpoint_monitor(experiment)
-    callbacks = [
+    trainer_callbacks = [
         ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor=monitor, mode=mode,
                         save_top_k=1, save_last=True, auto_insert_metric_name=False),
         LearningRateMonitor(logging_interval="step"),
@@ -69,16 +68,16 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     ]
     if experiment.checkpoint_every_n_steps:
         # Mid-epoch saves for preemptible jobs; the data loader's position is in them (exact resume).
-        callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir(work_dir), save_top_k=0, save_last=True,
-                                         every_n_train_steps=experiment.checkpoint_every_n_steps))
-    callbacks += extra_callbacks
+        trainer_callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir(work_dir), save_top_k=0, save_last=True,
+                                                 every_n_train_steps=experiment.checkpoint_every_n_steps))
+    trainer_callbacks += list(callbacks or [])
     trainer_args = dict(experiment.trainer)
     if trainer_args.get("enable_progress_bar", True):
-        callbacks.append(TQDMProgressBar(refresh_rate=10))
+        trainer_callbacks.append(TQDMProgressBar(refresh_rate=10))
     loggers = [TensorBoardLogger(work_dir, name="tensorboard", version=""), CSVLogger(work_dir, name="csv", version="")]
     # Our samplers shard across ranks themselves (and resume mid-epoch); Lightning must not swap
     # them for a DistributedSampler.
-    trainer = L.Trainer(default_root_dir=work_dir, callbacks=callbacks, logger=loggers,
+    trainer = L.Trainer(default_root_dir=work_dir, callbacks=trainer_callbacks, logger=loggers,
                         plugins=[AtomicCheckpointIO()], use_distributed_sampler=False, **trainer_args)
     trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
     return {k: float(v) for k, v in trainer.callback_metrics.items()}
