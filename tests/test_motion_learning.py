@@ -81,4 +81,4 @@ def test_trained_forecaster_beats_constant_velocity_with_devkit_metrics(motion_d
     assert os.path.isfile(work / "results_motion_synthetic_val.json")
     for name in ("minADE_5", "minFDE_5", "MissRate_2_5"):
         assert metrics[f"motion/{name}"] < metrics[f"motion_cv/{name}"], name
-    assert metrics["motion/minADE_5"] < 0.6 * metrics["motion_cv/minADE_5"]  # measured 0.38
+    assert metrics["motion/minADE_5"] < 0.6 * metrics["motion_cv/minADE_5"]  # measured 0.35
