@@ -9,6 +9,8 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     from perception.models.backbone import SwinBackbone
     from perception.models.fpn import FPN
     from perception.models.heads.drivable import DrivableHead
+    from perception.models.heads.lanes import LaneHead
+    from perception.models.heads.lights import LightHead
     from perception.models.heads.obstacles import ObstacleHead
     from perception.models.perception_model import PerceptionModel
 
@@ -25,22 +27,36 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
         o = cfg.heads.obstacles
         heads["obstacles"] = ObstacleHead(neck.channels, dim=o.dim, num_queries=o.num_queries, num_layers=o.num_layers,
                                           num_heads=o.num_heads, ffn_dim=o.ffn_dim, levels=tuple(o.levels))
+    if cfg.heads.lanes is not None:
+        la = cfg.heads.lanes
+        heads["lanes"] = LaneHead(neck.channels, num_points=la.num_points, dim=la.dim, num_queries=la.num_queries,
+                                  num_layers=la.num_layers, num_heads=la.num_heads, ffn_dim=la.ffn_dim,
+                                  levels=tuple(la.levels))
+    if cfg.heads.lights is not None:
+        li = cfg.heads.lights
+        heads["lights"] = LightHead(neck.channels, dim=li.dim, num_queries=li.num_queries, num_layers=li.num_layers,
+                                    num_heads=li.num_heads, ffn_dim=li.ffn_dim, levels=tuple(li.levels))
     if not heads:
         raise ValueError("model.heads enables no head")
     return PerceptionModel(backbone, neck, heads)
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:
+    from perception.training.box_set_loss import LightCriterion
     from perception.training.drivable_loss import DrivableCriterion
+    from perception.training.lane_loss import LaneCriterion, LaneMatcher
     from perception.training.matcher import HungarianMatcher
     from perception.training.obstacle_loss import ObstacleCriterion
 
-    criteria = {}
-    if cfg.model.heads.drivable is not None:
+    criteria, heads, m = {}, cfg.model.heads, cfg.matcher
+    if heads.drivable is not None:
         criteria["drivable"] = DrivableCriterion()
-    if cfg.model.heads.obstacles is not None:
-        m = cfg.matcher
+    if heads.obstacles is not None:
         criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou))
+    if heads.lanes is not None:
+        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points))
+    if heads.lights is not None:
+        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou))
     return criteria
 
 
@@ -50,12 +66,15 @@ def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: st
 
         return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
                             config_text=config_text, faults=cfg.faults)
+    from perception.training.box_set_loss import LightCriterion
     from perception.training.drivable_loss import DrivableCriterion
+    from perception.training.lane_loss import LaneCriterion
     from perception.training.obstacle_loss import ObstacleCriterion
     from perception.training.system import PerceptionSystem
 
     model = build_model(cfg.model, tuple(cfg.input_size))
-    known = DrivableCriterion.loss_names + ObstacleCriterion.loss_names
+    known = (DrivableCriterion.loss_names + ObstacleCriterion.loss_names + LaneCriterion.loss_names
+             + LightCriterion.loss_names)
     return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
                             config_text=config_text, known_loss_names=known, faults=cfg.faults)
 

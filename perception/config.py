@@ -54,9 +54,32 @@ class ObstacleHeadConfig:
 
 
 @dataclass
+class LaneHeadConfig:
+    dim: int = 64
+    num_queries: int = 20
+    num_layers: int = 2
+    num_heads: int = 4
+    ffn_dim: int = 256
+    num_points: int = 24  # row anchors spread over the input height (perception.models.heads.lane_coding)
+    levels: tuple = (1, 2, 3)
+
+
+@dataclass
+class LightHeadConfig:
+    dim: int = 64
+    num_queries: int = 30
+    num_layers: int = 2
+    num_heads: int = 4
+    ffn_dim: int = 256
+    levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
+
+
+@dataclass
 class HeadsConfig:
     drivable: DrivableHeadConfig | None = field(default_factory=DrivableHeadConfig)
     obstacles: ObstacleHeadConfig | None = None
+    lanes: LaneHeadConfig | None = None
+    lights: LightHeadConfig | None = None
 
 
 @dataclass
@@ -64,12 +87,28 @@ class MatcherConfig:
     cost_class: float = 2.0
     cost_bbox: float = 5.0
     cost_giou: float = 2.0
+    cost_points: float = 5.0  # lanes: mean L1 of x over the target's visible rows
 
 
 @dataclass
 class PostprocessConfig:
     obstacle_max_per_image: int = 100
     obstacle_score_threshold: float = 0.05
+    lane_score_threshold: float = 0.3  # lane F1 is measured at this one operating point
+    lane_visibility_threshold: float = 0.5
+    light_max_per_image: int = 30
+    light_score_threshold: float = 0.05
+
+
+@dataclass
+class Bdd100kConfig:
+    """A BDD100K-format dataset mixed into training (perception.data.bdd100k has the layout)."""
+
+    data_root: str
+    train_split: str = "train"
+    val_split: str = "val"
+    # Fraction of training items drawn from BDD100K; the rest come from nuScenes.
+    sample_fraction: float = 0.5
 
 
 @dataclass
@@ -112,7 +151,7 @@ class FaultsConfig:
 
 @dataclass
 class ExperimentConfig:
-    """Camera perception (drivable area, obstacles): the default task."""
+    """Camera perception (drivable area, obstacles, lanes, traffic lights): the default task."""
 
     data_root: str
     version: str
@@ -122,6 +161,7 @@ class ExperimentConfig:
     cameras: tuple = CAMERAS
     cache_root: str | None = None  # default <data_root>/perception_cache
     drivable_max_range: float = 60.0
+    bdd100k: Bdd100kConfig | None = None  # None: nuScenes only
     batch_size: int = 2
     val_batch_size: int = 4
     num_workers: int = 4
@@ -317,6 +357,23 @@ def validate(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"model.heads.obstacles.levels must be FPN levels 0-3, got {obstacles.levels}")
         if obstacles.dim % obstacles.num_heads or obstacles.dim % 8:
             raise ConfigError(f"model.heads.obstacles.dim {obstacles.dim} must be divisible by num_heads and 8")
+    for name in ("lanes", "lights"):
+        head = getattr(cfg.model.heads, name)
+        if head is None:
+            continue
+        if not set(head.levels) <= {0, 1, 2, 3} or not head.levels:
+            raise ConfigError(f"model.heads.{name}.levels must be FPN levels 0-3, got {head.levels}")
+        if head.dim % head.num_heads or head.dim % 8:
+            raise ConfigError(f"model.heads.{name}.dim {head.dim} must be divisible by num_heads and 8")
+    lanes = cfg.model.heads.lanes
+    if lanes is not None and lanes.num_points < 2:
+        raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {lanes.num_points}")
+    if cfg.bdd100k is not None and not 0 <= cfg.bdd100k.sample_fraction <= 1:
+        raise ConfigError(f"bdd100k.sample_fraction must be in [0, 1], got {cfg.bdd100k.sample_fraction}")
+    if cfg.bdd100k is None and cfg.model.heads.lights is not None:
+        # nuScenes has no light states: the head would never see a label.
+        raise ConfigError("model.heads.lights needs traffic-light labels, which only BDD100K-format data has; set "
+                          "bdd100k=dict(data_root=...) or lights=None")
 
 
 def _trainer_class():

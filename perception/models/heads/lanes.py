@@ -1,0 +1,79 @@
+"""DETR-style lane head: per query a lane class and x positions at fixed rows with visibility.
+
+Same building blocks as the box heads: the flattened multi-scale memory, query selection from
+per-token proposals (every token proposes a lane through its own x at every row, refined by an
+MLP) and layer-by-layer refinement of the points (new = sigmoid(logit(previous) + delta)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from perception.models.heads.lane_coding import LANE_CLASSES
+from perception.models.heads.query_memory import (
+    MLP,
+    TokenMemory,
+    gather_tokens,
+    init_focal_bias,
+    inverse_sigmoid,
+    select_top_k,
+    zero_last_layer,
+)
+from perception.models.transformer import DecoderLayer
+
+
+class LaneHead(nn.Module):
+    prefix = "lanes"
+
+    def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
+                 num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
+                 levels: tuple[int, ...] = (1, 2, 3)):
+        super().__init__()
+        self.dim, self.num_queries, self.num_classes, self.num_points = dim, num_queries, num_classes, num_points
+        self.memory = TokenMemory(in_channels, dim, levels)
+        self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.enc_class = nn.Linear(dim, num_classes)
+        self.enc_points = MLP(dim, dim, num_points, 3)
+        self.query_pos = MLP(num_points, dim, dim, 2)
+        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
+        self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
+        self.point_heads = nn.ModuleList(MLP(dim, dim, num_points, 3) for _ in range(num_layers))
+        self.visibility_heads = nn.ModuleList(nn.Linear(dim, num_points) for _ in range(num_layers))
+        for head in [self.enc_class, *self.class_heads]:
+            init_focal_bias(head)
+        for mlp in [self.enc_points, *self.point_heads]:
+            zero_last_layer(mlp)
+
+    def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Returns (B images, Q queries, C lane classes, P rows; see lane_coding):
+
+        lanes.logits [B,Q,C]      class logits (sigmoid; no background class)
+        lanes.points [B,Q,P]      x at each anchor row, normalised to [0, 1] of the input width
+        lanes.visibility [B,Q,P]  logit that the lane crosses the row inside the image
+        In training also ``lanes.aux{i}.*`` per earlier decoder layer and ``lanes.enc.{logits,points}``.
+        """
+        memory, memory_pos, anchors = self.memory(levels)
+        features = self.enc_output(memory)  # (B, N, D)
+        enc_logits = self.enc_class(features)  # (B, N, C)
+        # Every token proposes a lane through its own x at every row: (B, N, P).
+        enc_points = (self.enc_points(features) + inverse_sigmoid(anchors[..., :1])).sigmoid()
+        top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
+        queries = gather_tokens(features, top).detach()
+        reference = gather_tokens(enc_points, top)  # (B, Q, P)
+        outputs: dict[str, torch.Tensor] = {}
+        if self.training:
+            outputs["lanes.enc.logits"] = gather_tokens(enc_logits, top)
+            outputs["lanes.enc.points"] = reference
+        reference = reference.detach()
+        for i, layer in enumerate(self.layers):
+            queries = layer(queries, memory, query_pos=self.query_pos(reference), memory_pos=memory_pos)
+            points = (self.point_heads[i](queries) + inverse_sigmoid(reference)).sigmoid()
+            last = i == len(self.layers) - 1
+            if last or self.training:
+                prefix = "lanes" if last else f"lanes.aux{i}"
+                outputs[f"{prefix}.logits"] = self.class_heads[i](queries)
+                outputs[f"{prefix}.points"] = points
+                outputs[f"{prefix}.visibility"] = self.visibility_heads[i](queries)
+            reference = points.detach()
+        return outputs

@@ -1,0 +1,84 @@
+"""Pieces shared by the DETR-style heads: the flattened multi-scale memory and small MLPs.
+
+Memory: chosen FPN levels projected to ``dim`` channels and flattened into tokens, with 2D sine
+positions plus a learned level embedding, and one anchor box per token (its cell centre, a size
+that doubles per level). Query selection (RT-DETR style) scores every token and starts the
+decoder from the top-k; the anchors give those queries their initial geometry.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from perception.models.position_encoding import sine_encoding_2d
+
+FOCAL_PRIOR = 0.01  # initial class probability (focal-loss practice: the loss starts small)
+
+
+def inverse_sigmoid(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    x = x.clamp(eps, 1 - eps)
+    return torch.log(x / (1 - x))
+
+
+def init_focal_bias(linear: nn.Linear) -> None:
+    nn.init.constant_(linear.bias, -math.log((1 - FOCAL_PRIOR) / FOCAL_PRIOR))
+
+
+def zero_last_layer(mlp: MLP) -> None:
+    """The MLP starts as a zero offset: refinements begin at their reference."""
+    nn.init.zeros_(mlp.layers[-1].weight)
+    nn.init.zeros_(mlp.layers[-1].bias)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim_in: int, hidden: int, dim_out: int, layers: int):
+        super().__init__()
+        dims = [dim_in] + [hidden] * (layers - 1) + [dim_out]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x
+
+
+class TokenMemory(nn.Module):
+    """FPN levels -> (tokens [B,N,D], positions [1,N,D], anchors [1,N,4] cxcywh normalised)."""
+
+    def __init__(self, in_channels: int, dim: int, levels: tuple[int, ...]):
+        super().__init__()
+        self.levels = tuple(levels)
+        self.dim = dim
+        self.input_proj = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(in_channels, dim, 1), nn.GroupNorm(min(32, dim // 4), dim)) for _ in self.levels)
+        self.level_embed = nn.Parameter(torch.zeros(len(self.levels), dim))
+        nn.init.normal_(self.level_embed, std=0.02)
+
+    def forward(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        tokens, positions, anchors = [], [], []
+        for i, (level_index, proj) in enumerate(zip(self.levels, self.input_proj)):
+            x = proj(levels[level_index])  # (B, D, H, W)
+            _, _, height, width = x.shape
+            tokens.append(x.flatten(2).transpose(1, 2))  # (B, H*W, D)
+            positions.append(sine_encoding_2d(height, width, self.dim, x.device) + self.level_embed[i])
+            ys = (torch.arange(height, device=x.device, dtype=torch.float32) + 0.5) / height
+            xs = (torch.arange(width, device=x.device, dtype=torch.float32) + 0.5) / width
+            cy, cx = torch.meshgrid(ys, xs, indexing="ij")
+            size = torch.full_like(cx, 0.05 * 2.0 ** i)
+            anchors.append(torch.stack([cx, cy, size, size], dim=-1).reshape(-1, 4))
+        return torch.cat(tokens, 1), torch.cat(positions, 0)[None], torch.cat(anchors, 0)[None]
+
+
+def select_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices [B,k] of the highest-scoring tokens; ``scores`` [B,N,C] are class logits."""
+    return scores.max(dim=-1).values.topk(min(k, scores.shape[1]), dim=1).indices
+
+
+def gather_tokens(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """values [B,N,F], indices [B,K] -> [B,K,F]."""
+    return values.gather(1, indices[..., None].expand(-1, -1, values.shape[-1]))

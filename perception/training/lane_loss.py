@@ -1,0 +1,118 @@
+"""Lane matching and set criterion: focal class loss, L1 on the visible rows, visibility BCE.
+
+Ground-truth polylines (input pixels) are encoded to the head's row anchors here, so the dataset
+stays independent of the model's number of rows. Only images that carry lane labels count; an
+image labelled with zero lanes pushes every query's lane scores down.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from torch import nn
+from torchvision.ops import sigmoid_focal_loss
+
+from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
+from perception.training.box_set_loss import output_prefixes, outputs_of, zero_touching
+
+LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility")
+
+
+class LaneMatcher(nn.Module):
+    """Cost = focal-style class cost + mean L1 of x over the target's visible rows."""
+
+    def __init__(self, cost_class: float = 2.0, cost_points: float = 5.0, alpha: float = 0.25, gamma: float = 2.0):
+        super().__init__()
+        self.cost_class, self.cost_points, self.alpha, self.gamma = cost_class, cost_points, alpha, gamma
+
+    @torch.no_grad()
+    def forward(self, logits: torch.Tensor, points: torch.Tensor,
+                targets: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """logits [B,Q,C], points [B,Q,P]; targets[i]: labels [M], points [M,P], visible [M,P].
+
+        Returns per image (query indices, target indices), int64 [min(Q, M_i)].
+        """
+        empty = torch.empty(0, dtype=torch.int64)
+        matches = []
+        for i, target in enumerate(targets):
+            if len(target["labels"]) == 0:
+                matches.append((empty, empty))
+                continue
+            probability = logits[i].float().sigmoid()[:, target["labels"]]  # (Q, M)
+            negative = (1 - self.alpha) * probability ** self.gamma * -(1 - probability + 1e-8).log()
+            positive = self.alpha * (1 - probability) ** self.gamma * -(probability + 1e-8).log()
+            visible = target["visible"].float()  # (M, P)
+            distance = (points[i].float()[:, None] - target["points"][None]).abs()  # (Q, M, P)
+            cost_points = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
+            cost = self.cost_class * (positive - negative) + self.cost_points * cost_points
+            rows, cols = linear_sum_assignment(cost.cpu().numpy())
+            matches.append((torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
+        return matches
+
+
+class LaneCriterion(nn.Module):
+    loss_names = LOSS_NAMES
+
+    def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
+        super().__init__()
+        self.matcher = matcher or LaneMatcher()
+        self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
+
+    @staticmethod
+    def encode_targets(per_image: list[dict], input_size: tuple[int, int], num_points: int, device) -> list[dict]:
+        """Polylines (input px) -> labels [M], x at the rows [M,P] (normalised), visible [M,P]."""
+        height, width = input_size
+        rows = anchor_rows(num_points, height)
+        encoded = []
+        for t in per_image:
+            xs, visible, labels = [], [], []
+            for polyline, label in zip(t["polylines"], t["labels"].tolist()):
+                x, v = encode_lane(np.asarray(polyline), rows, width)
+                if v.sum() >= MIN_VISIBLE_ROWS:
+                    xs.append(x / width)
+                    visible.append(v)
+                    labels.append(label)
+            encoded.append({
+                "labels": torch.as_tensor(labels, dtype=torch.int64, device=device),
+                "points": torch.as_tensor(np.asarray(xs, np.float32).reshape(-1, num_points), device=device),
+                "visible": torch.as_tensor(np.asarray(visible, bool).reshape(-1, num_points), device=device),
+            })
+        return encoded
+
+    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
+        logits = outputs["lanes.logits"]
+        valid = targets["lanes"]["valid"].to(logits.device)
+        zero = zero_touching(outputs, "lanes")
+        if not bool(valid.any()):
+            return {name: zero for name in LOSS_NAMES}
+        per_image = [t for t, v in zip(targets["lanes"]["per_image"], valid.tolist()) if v]
+        encoded = self.encode_targets(per_image, targets["lanes"]["input_size"], outputs["lanes.points"].shape[-1],
+                                      logits.device)
+        num_lanes = max(sum(len(t["labels"]) for t in encoded), 1)
+        totals = {name: zero for name in LOSS_NAMES}
+        for prefix in output_prefixes(outputs, "lanes"):
+            for name, value in self._losses(outputs_of(outputs, prefix, valid), encoded, num_lanes).items():
+                totals[name] = totals[name] + value
+        return totals
+
+    def _losses(self, pred: dict[str, torch.Tensor], targets: list[dict], num_lanes: int) -> dict[str, torch.Tensor]:
+        matches = self.matcher(pred["logits"], pred["points"], targets)
+        batch_index = torch.cat([torch.full_like(q, i) for i, (q, _) in enumerate(matches)])
+        query_index = torch.cat([q for q, _ in matches])
+        matched = {k: torch.cat([t[k][j] for t, (_, j) in zip(targets, matches)]) for k in targets[0]}
+
+        target_classes = torch.zeros_like(pred["logits"])
+        target_classes[batch_index, query_index, matched["labels"]] = 1.0
+        losses = {"lane_cls": sigmoid_focal_loss(pred["logits"], target_classes, self.focal_alpha, self.focal_gamma,
+                                                 reduction="sum") / num_lanes}
+        visible = matched["visible"].float()  # (K, P)
+        distance = (pred["points"][batch_index, query_index] - matched["points"]).abs()
+        per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
+        losses["lane_points"] = per_lane.sum() / num_lanes
+        if "visibility" in pred:  # encoder proposals carry only classes and points
+            visibility_logits = pred["visibility"][batch_index, query_index]
+            losses["lane_visibility"] = F.binary_cross_entropy_with_logits(
+                visibility_logits, visible, reduction="none").mean(-1).sum() / num_lanes
+        return losses
