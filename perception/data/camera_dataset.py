@@ -1,4 +1,4 @@
-"""One item per (sample, camera) from a label cache: image, targets per task, and meta."""
+"""Camera-image datasets (nuScenes through the label cache; BDD100K in perception.data.bdd100k): image, targets per task with a "has labels" flag, and meta."""
 
 from __future__ import annotations
 
@@ -43,15 +43,20 @@ def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
     return tensor.sub_(_MEAN_255).mul_(_INV_STD_255)
 
 
-class NuScenesCameraDataset(Dataset):
-    """Items: dict(image [3,H,W], targets (per task, with a ``valid`` flag), meta)."""
+class CameraDataset(Dataset):
+    """Items: dict(image [3,H,W], targets (per task, each with a ``valid`` "has labels" flag), meta).
+
+    Subclasses say where an item's image and labels are (``read_labels``) and turn the
+    transformed labels into targets (``make_item``); reading, half-size decoding, augmentation
+    and skipping unreadable training images are shared.
+    """
 
     # Consecutive unreadable images tolerated while looking for a replacement item.
     MAX_REPLACEMENT_TRIES = 16
+    name = "camera"
 
-    def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
-                 seed: int = 0, skip_bad_images: bool = False, reduced_decoding: bool = True,
-                 half_decode_max_scale: float = 0.5):
+    def __init__(self, data_root: str, infos: list[dict], transform: CameraTransform, seed: int = 0,
+                 skip_bad_images: bool = False, reduced_decoding: bool = True, half_decode_max_scale: float = 0.5):
         """``skip_bad_images`` (training): an unreadable image is replaced by the next item and its path
         reported in ``meta["skipped_images"]`` (counted against faults.max_bad_images); otherwise
         (evaluation) it raises ImageReadError naming the file."""
@@ -61,7 +66,6 @@ class NuScenesCameraDataset(Dataset):
         self.half_decode_max_scale = half_decode_max_scale
         self.data_root = data_root
         self.infos = infos
-        self.cache_directory = cache_directory
         self.transform = transform
 
     def __len__(self) -> int:
@@ -84,6 +88,14 @@ class NuScenesCameraDataset(Dataset):
         raise ImageReadError(f"{len(skipped)} consecutive training images are unreadable, e.g. {skipped[:3]}; "
                              "the dataset copy looks broken")
 
+    def read_labels(self, info: dict, height: int, width: int) -> dict:
+        """Labels in original pixels: mask [H,W] uint8 or None, boxes_xyxy [N,4], keypoints_uv [N,2],
+        intrinsics [3,3], lanes (list of [K,2] polylines)."""
+        raise NotImplementedError
+
+    def make_item(self, info: dict, labels: dict, out: dict, image_path: str) -> dict:
+        raise NotImplementedError
+
     def _item(self, key) -> dict:
         rng = item_rng(self.seed, key)
         if rng is not None:
@@ -97,24 +109,74 @@ class NuScenesCameraDataset(Dataset):
         expected = ((height + 1) // 2, (width + 1) // 2) if half else (height, width)
         if image.shape[:2] != expected:
             raise ImageReadError(f"camera image {image_path} is {image.shape[1]}x{image.shape[0]} but its "
-                                 f"sample_data record says {width}x{height}")
-        mask_path = os.path.join(self.cache_directory, info["drivable_mask"])
-        mask = read_mask(mask_path, height, width)
-        obstacles = info["obstacles"]
-        boxes = np.asarray(obstacles["box2d_xyxy"], np.float32).reshape(-1, 4)
-        centres_uv = np.asarray(obstacles["center_uv"], np.float32).reshape(-1, 2)
-        intrinsics = np.asarray(info["intrinsics"], dtype=np.float64)
+                                 f"label record says {width}x{height}")
+        labels = self.read_labels(info, height, width)
+        mask, boxes, keypoints = labels["mask"], labels["boxes_xyxy"], labels["keypoints_uv"]
+        intrinsics = labels["intrinsics"]
         if half:  # express everything in half-resolution pixels; the transform then scales by 2x as much
-            mask = cv2.resize(mask, (image.shape[1], image.shape[0]), interpolation=cv2.INTER_NEAREST)
-            boxes, centres_uv = boxes * 0.5, centres_uv * 0.5
+            if mask is not None:
+                mask = cv2.resize(mask, (image.shape[1], image.shape[0]), interpolation=cv2.INTER_NEAREST)
+            boxes, keypoints = boxes * 0.5, keypoints * 0.5
             intrinsics = np.diag([0.5, 0.5, 1.0]) @ intrinsics
             params = GeometryParams(params.scale * 2.0, params.crop_x, params.crop_y, params.flip)
-        out = self.transform(image, mask, boxes, centres_uv, intrinsics, params=params)
+        out = self.transform(image, mask, boxes, keypoints, intrinsics, params=params)
         if half:  # meta keeps the map from *original* pixels to the input
             out["affine"] = out["affine"] @ np.diag([0.5, 0.5, 1.0])
+        # Lane polylines follow the same affine (a flip mirrors them); the criterion clips to the image.
+        out["lanes"] = [torch.from_numpy(apply_affine(lane, out["affine"]).astype(np.float32))
+                        for lane in labels["lanes"]]
+        return self.make_item(info, labels, out, image_path)
+
+
+def apply_affine(points: np.ndarray, affine: np.ndarray) -> np.ndarray:
+    """points [N,2] -> [N,2] through the [3,3] affine."""
+    points = np.asarray(points, np.float64).reshape(-1, 2)
+    return points @ affine[:2, :2].T + affine[:2, 2]
+
+
+def empty_obstacles() -> dict:
+    """Obstacle targets of an image without obstacle labels (valid False)."""
+    return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
+            "center_uv": torch.zeros(0, 2), "center_cam": torch.zeros(0, 3), "size_wlh": torch.zeros(0, 3),
+            "yaw": torch.zeros(0), "velocity": torch.zeros(0, 2), "attributes": torch.zeros(0, dtype=torch.int64),
+            "intrinsics": torch.eye(3)}
+
+
+def empty_lights() -> dict:
+    return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}
+
+
+class NuScenesCameraDataset(CameraDataset):
+    """One item per (sample, camera) of a label cache: drivable area, 3D obstacles and map-derived
+    lanes are labelled; traffic lights are not (nuScenes has no light states)."""
+
+    name = "nuscenes"
+
+    def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
+                 seed: int = 0, skip_bad_images: bool = False, reduced_decoding: bool = True,
+                 half_decode_max_scale: float = 0.5):
+        super().__init__(data_root, infos, transform, seed, skip_bad_images, reduced_decoding, half_decode_max_scale)
+        self.cache_directory = cache_directory
+
+    def read_labels(self, info: dict, height: int, width: int) -> dict:
+        obstacles = info["obstacles"]
+        return {
+            "mask": read_mask(os.path.join(self.cache_directory, info["drivable_mask"]), height, width),
+            "boxes_xyxy": np.asarray(obstacles["box2d_xyxy"], np.float32).reshape(-1, 4),
+            "keypoints_uv": np.asarray(obstacles["center_uv"], np.float32).reshape(-1, 2),
+            "intrinsics": np.asarray(info["intrinsics"], dtype=np.float64),
+            "lanes": [np.asarray(p, np.float32) for p in info["lanes"]["polylines"]],
+        }
+
+    def read_drivable_truth(self, meta: dict) -> np.ndarray:
+        """The drivable mask at the original resolution (1, 0, IGNORE), for evaluation."""
+        width, height = meta["orig_size"]
+        return read_mask(meta["drivable_mask_path"], height, width)
+
+    def make_item(self, info: dict, labels: dict, out: dict, image_path: str) -> dict:
+        obstacles = info["obstacles"]
         keep = out["box_indices"]
         flip = out["params"].flip
-
         centre_cam = np.asarray(obstacles["center_cam"], np.float32).reshape(-1, 3)[keep]
         yaw = np.asarray(obstacles["yaw_cam"], np.float32).reshape(-1)[keep]
         velocity = np.asarray(obstacles["velocity_cam"], np.float32).reshape(-1, 2)[keep]
@@ -137,32 +199,39 @@ class NuScenesCameraDataset(Dataset):
                                               dtype=torch.int64).reshape(-1)[keep],  # -1: none
                 "intrinsics": torch.as_tensor(out["intrinsics"], dtype=torch.float32),  # input image
             },
+            "lanes": {"valid": True, "polylines": out["lanes"],  # input px, [K,2] each
+                      "labels": torch.as_tensor(info["lanes"]["labels"], dtype=torch.int64)},
+            "lights": empty_lights(),
         }
+        width, height = info["image_size"]
         meta = {
-            "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
-            "camera": info["camera"], "image_path": image_path, "orig_size": (width, height),
-            "intrinsics": out["intrinsics"], "ego_from_camera": np.asarray(info["ego_from_camera"]),
-            "global_from_ego": np.asarray(info["global_from_ego"]), "affine": out["affine"], "flipped": flip,
-            "drivable_mask_path": mask_path,
+            "dataset": self.name, "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
+            "image_key": info["sample_data_token"], "camera": info["camera"], "image_path": image_path,
+            "orig_size": (width, height), "intrinsics": out["intrinsics"],
+            "ego_from_camera": np.asarray(info["ego_from_camera"]), "global_from_ego": np.asarray(info["global_from_ego"]),
+            "affine": out["affine"], "flipped": out["params"].flip,
+            "drivable_mask_path": os.path.join(self.cache_directory, info["drivable_mask"]),
         }
         return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}
 
 
+SPARSE_TASKS = ("obstacles", "lanes", "lights")
+
+
 def collate_camera_batch(items: list[dict]) -> dict:
-    """Stack images [B,3,H,W] and dense targets; per-image sparse targets stay lists."""
+    """Stack images [B,3,H,W] and dense targets; per-image sparse targets stay lists. Every task
+    carries ``valid`` [B] (bool): whether each image has that task's labels."""
+    input_size = tuple(items[0]["image"].shape[-2:])  # (H, W)
+    targets = {"drivable": {
+        "valid": torch.tensor([bool(item["targets"]["drivable"]["valid"]) for item in items]),
+        "mask": torch.stack([item["targets"]["drivable"]["mask"] for item in items]),  # [B,H,W]
+    }}
+    for task in SPARSE_TASKS:
+        targets[task] = {"valid": torch.tensor([bool(item["targets"][task]["valid"]) for item in items]),
+                         "per_image": [item["targets"][task] for item in items], "input_size": input_size}
     return {
         "images": torch.stack([item["image"] for item in items]),
-        "targets": {
-            "drivable": {
-                "valid": torch.tensor([bool(item["targets"]["drivable"]["valid"]) for item in items]),
-                "mask": torch.stack([item["targets"]["drivable"]["mask"] for item in items]),  # [B,H,W]
-            },
-            "obstacles": {
-                "valid": torch.tensor([bool(item["targets"]["obstacles"]["valid"]) for item in items]),
-                "per_image": [item["targets"]["obstacles"] for item in items],
-                "input_size": tuple(items[0]["image"].shape[-2:]),  # (H, W)
-            },
-        },
+        "targets": targets,
         "meta": [item["meta"] for item in items],
         "skipped_images": [path for item in items for path in item["meta"].get("skipped_images", [])],
     }

@@ -20,12 +20,13 @@ import numpy as np
 from pyquaternion import Quaternion
 
 from perception.data.drivable_projection import DrivableRasterizer, project_drivable_mask
+from perception.data.lane_projection import MapLines, project_lane_lines
 from perception.data.mask_codec import write_mask
 from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
 from perception.data.splits import scenes_of_split
 from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
 
-CACHE_FORMAT = 2  # 2: drivable masks as run lengths (.npy) instead of PNG
+CACHE_FORMAT = 3  # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
@@ -110,6 +111,7 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
         raise ValueError(f"none of the {len(scene_names)} scenes of split {split!r} exist in {data_root}/{version} "
                          f"(e.g. {missing[:3]}); is version or data_root wrong?")
     rasterizers: dict[str, DrivableRasterizer] = {}
+    map_lines: dict[str, MapLines] = {}
     directory = cache_dir(cache_root, version, split)
     staging = directory + ".building"
     shutil.rmtree(staging, ignore_errors=True)
@@ -121,13 +123,15 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
             continue
         location = nusc.get("log", scene["log_token"])["location"]
         if location not in rasterizers:
-            rasterizers[location] = DrivableRasterizer(NuScenesMap(dataroot=data_root, map_name=location))
+            nusc_map = NuScenesMap(dataroot=data_root, map_name=location)
+            rasterizers[location] = DrivableRasterizer(nusc_map)
+            map_lines[location] = MapLines(nusc_map)
         sample_token = scene["first_sample_token"]
         while sample_token:
             sample = nusc.get("sample", sample_token)
             for camera in cameras:
-                info = _camera_info(nusc, sample, camera, scene["name"], rasterizers[location], staging,
-                                    drivable_max_range)
+                info = _camera_info(nusc, sample, camera, scene["name"], rasterizers[location], map_lines[location],
+                                    staging, drivable_max_range)
                 info["location"] = location
                 infos.append(info)
             sample_token = sample["next"]
@@ -147,7 +151,7 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
 
 
 def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: DrivableRasterizer,
-                 staging: str, max_range: float) -> dict:
+                 map_lines: MapLines, staging: str, max_range: float) -> dict:
     sd = nusc.get("sample_data", sample["data"][camera])
     calib = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
     pose = nusc.get("ego_pose", sd["ego_pose_token"])
@@ -168,13 +172,15 @@ def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: D
     mask_name = f"masks/{sd['token']}.npy"
     write_mask(os.path.join(staging, mask_name), mask)
 
+    lanes = project_lane_lines(map_lines, intrinsics, global_from_camera, float(pose["translation"][2]), width, height,
+                               max_range)
     obstacles = _obstacles_in_camera(nusc, sample, intrinsics, invert_transform(global_from_camera), width, height)
     return {
         "sample_token": sample["token"], "sample_data_token": sd["token"], "camera": camera,
         "scene_name": scene_name, "timestamp": sd["timestamp"], "image_path": sd["filename"],
         "image_size": [width, height], "intrinsics": intrinsics.tolist(),
         "ego_from_camera": ego_from_camera.tolist(), "global_from_ego": global_from_ego.tolist(),
-        "drivable_mask": mask_name, "obstacles": obstacles,
+        "drivable_mask": mask_name, "obstacles": obstacles, "lanes": lanes,
     }
 
 
