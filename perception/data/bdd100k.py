@@ -167,6 +167,9 @@ class Bdd100kDataset(CameraDataset):
             self._sizes[directory] = [image.shape[1], image.shape[0]]
         return self._sizes[directory]
 
+    def image_key(self, info: dict) -> str:
+        return f"bdd100k/{self.split}/{info['name']}"
+
     def read_drivable_truth(self, meta: dict) -> np.ndarray | None:
         """Binary drivable mask at the original resolution (1 drivable, 0 not), None when unlabelled."""
         path = meta["drivable_mask_path"]
@@ -205,7 +208,8 @@ class Bdd100kDataset(CameraDataset):
             "lights": {"valid": info["lights"] is not None, "boxes_xyxy": torch.from_numpy(out["boxes_xyxy"]),
                        "labels": torch.as_tensor(np.asarray(lights["labels"], np.int64).reshape(-1)[keep])},
         }
-        meta = {"dataset": self.name, "image_key": f"bdd100k/{self.split}/{info['name']}", "sample_token": None,
+        meta = {"dataset": self.name, "image_key": self.image_key(info), "sample_token": None,
                 "image_path": image_path, "orig_size": tuple(info["image_size"]), "intrinsics": out["intrinsics"],
-                "affine": out["affine"], "flipped": out["params"].flip, "drivable_mask_path": info["drivable_mask"]}
+                "affine": out["affine"], "flipped": out["params"].flip, "drivable_mask_path": info["drivable_mask"],
+                "lanes_gt": info["lanes"], "lights_gt": info["lights"]}  # original px; None: not labelled
         return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}

@@ -88,6 +88,10 @@ class CameraDataset(Dataset):
         raise ImageReadError(f"{len(skipped)} consecutive training images are unreadable, e.g. {skipped[:3]}; "
                              "the dataset copy looks broken")
 
+    def image_key(self, info: dict) -> str:
+        """A key unique to one image across datasets (results are gathered by it)."""
+        raise NotImplementedError
+
     def read_labels(self, info: dict, height: int, width: int) -> dict:
         """Labels in original pixels: mask [H,W] uint8 or None, boxes_xyxy [N,4], keypoints_uv [N,2],
         intrinsics [3,3], lanes (list of [K,2] polylines)."""
@@ -168,6 +172,9 @@ class NuScenesCameraDataset(CameraDataset):
             "lanes": [np.asarray(p, np.float32) for p in info["lanes"]["polylines"]],
         }
 
+    def image_key(self, info: dict) -> str:
+        return info["sample_data_token"]
+
     def read_drivable_truth(self, meta: dict) -> np.ndarray:
         """The drivable mask at the original resolution (1, 0, IGNORE), for evaluation."""
         width, height = meta["orig_size"]
@@ -206,11 +213,12 @@ class NuScenesCameraDataset(CameraDataset):
         width, height = info["image_size"]
         meta = {
             "dataset": self.name, "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
-            "image_key": info["sample_data_token"], "camera": info["camera"], "image_path": image_path,
+            "image_key": self.image_key(info), "camera": info["camera"], "image_path": image_path,
             "orig_size": (width, height), "intrinsics": out["intrinsics"],
             "ego_from_camera": np.asarray(info["ego_from_camera"]), "global_from_ego": np.asarray(info["global_from_ego"]),
             "affine": out["affine"], "flipped": out["params"].flip,
             "drivable_mask_path": os.path.join(self.cache_directory, info["drivable_mask"]),
+            "lanes_gt": info["lanes"], "lights_gt": None,  # original px, for evaluation; None: not labelled
         }
         return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}
 

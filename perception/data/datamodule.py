@@ -1,14 +1,16 @@
-"""LightningDataModule over nuScenes-format data (real or synthetic) through the label cache."""
+"""LightningDataModule over nuScenes-format data (real or synthetic) through the label cache, optionally
+mixed with BDD100K-format data (training draws a fixed fraction of items from each)."""
 
 from __future__ import annotations
 
 import os
 
 import lightning as L
-from torch.utils.data import DataLoader
+from torch.utils.data import ConcatDataset, DataLoader
 
 from perception.data.camera_dataset import NuScenesCameraDataset, collate_camera_batch
 from perception.data.label_cache import build_label_cache, default_cache_root, load_label_cache
+from perception.data.mixing import MixedDataset
 from perception.data.sampling import resumable_train_loader, sharded_val_loader
 from perception.data.transforms import CameraTransform
 
@@ -27,7 +29,8 @@ class NuScenesDataModule(L.LightningDataModule):
     def __init__(self, data_root: str, version: str, train_split: str, val_split: str, cameras: list[str],
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
-                 flip_prob: float = 0.5, photometric: bool = True, seed: int = 0):
+                 flip_prob: float = 0.5, photometric: bool = True, seed: int = 0, bdd100k=None):
+        """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None."""
         super().__init__()
         if not os.path.isdir(os.path.join(data_root, version)):
             raise FileNotFoundError(f"no nuScenes tables at {os.path.join(data_root, version)}: set data_root and "
@@ -44,19 +47,45 @@ class NuScenesDataModule(L.LightningDataModule):
         self.drivable_max_range = drivable_max_range
         self.augment = dict(scale_range=tuple(scale_range), flip_prob=flip_prob, photometric=photometric)
         self.seed = seed
-        self.datasets: dict[str, NuScenesCameraDataset] = {}
+        self.bdd100k = bdd100k
+        self.datasets: dict = {}
+
+    def _transform(self, train: bool) -> CameraTransform:
+        return CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
+                               **(self.augment if train else {}))
 
     def dataset(self, stage: str, split: str | None = None) -> NuScenesCameraDataset:
+        """The nuScenes dataset of a stage ("train" augments and skips unreadable images)."""
         split = split or self.splits[stage]
         infos, directory = ensure_label_cache(self.data_root, self.version, split, self.cameras, self.cache_root,
                                               self.drivable_max_range)
         train = stage == "train"
-        transform = CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
-                                    **(self.augment if train else {}))
         # Training decodes JPEGs at half size up to scale 0.6 (scale jitter around 0.5 then never
         # pays for a full decode; at most a 1.2x upsample); evaluation only when nothing is upsampled.
-        return NuScenesCameraDataset(self.data_root, infos, directory, transform, seed=self.seed, skip_bad_images=train,
-                                     half_decode_max_scale=0.6 if train else 0.5)
+        return NuScenesCameraDataset(self.data_root, infos, directory, self._transform(train), seed=self.seed,
+                                     skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5)
+
+    def bdd100k_dataset(self, stage: str, split: str | None = None):
+        """The BDD100K-format dataset of a stage, or None when the config mixes in none."""
+        from perception.data.bdd100k import Bdd100kDataset
+
+        if self.bdd100k is None:
+            return None
+        train = stage == "train"
+        split = split or (self.bdd100k.train_split if train else self.bdd100k.val_split)
+        return Bdd100kDataset(self.bdd100k.data_root, split, self._transform(train), seed=self.seed,
+                              skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5)
+
+    def mixed_dataset(self, stage: str):
+        """Training: nuScenes and BDD100K items in the configured fractions; validation: both, each once."""
+        nuscenes = self.dataset(stage)
+        bdd = self.bdd100k_dataset(stage)
+        if bdd is None:
+            return nuscenes
+        if stage == "train":
+            fraction = self.bdd100k.sample_fraction
+            return MixedDataset([nuscenes, bdd], [1.0 - fraction, fraction])
+        return ConcatDataset([nuscenes, bdd])
 
     def prepare_data(self) -> None:
         for split in set(self.splits.values()):
@@ -65,9 +94,9 @@ class NuScenesDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit"):
-            self.datasets["train"] = self.dataset("train")
+            self.datasets["train"] = self.mixed_dataset("train")
         if stage in (None, "fit", "validate"):
-            self.datasets["val"] = self.dataset("val")
+            self.datasets["val"] = self.mixed_dataset("val")
 
     def train_dataloader(self) -> DataLoader:
         return resumable_train_loader(self, self.datasets["train"], self.batch_size, self.seed,

@@ -1,7 +1,11 @@
 """Run a model over a split and score it; metrics come back as a flat dict ``task/metric``.
 
-Drivable area is scored at the original image resolution; obstacles are written as a
-nuScenes submission JSON and scored by the official devkit's DetectionEval.
+nuScenes split: drivable area at the original image resolution (``drivable/IoU``), obstacles
+as a nuScenes submission JSON scored by the official devkit's DetectionEval (``nuscenes/*``),
+map-derived lanes (``lanes/F1_nuscenes``). When the config mixes in BDD100K-format data, its
+validation split adds traffic lights (``lights/AP50`` overall and per state, pycocotools), lanes
+(``lanes/F1_bdd100k``) and drivable area (``drivable/IoU_bdd100k``). ``lanes/F1`` counts every
+lane-labelled image of both.
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from torch.utils.data import DataLoader
 from perception.build import build_datamodule, build_model
 from perception.config import ExperimentConfig
 from perception.data.camera_dataset import collate_camera_batch
-from perception.data.mask_codec import read_mask
 from perception.data.sampling import ResumableSampler
 from perception.evaluation.checkpoint import load_model_weights
 from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
+from perception.metrics.box_ap import coco_ap50
+from perception.metrics.lanes import LaneF1, match_lanes
 from perception.metrics.segmentation import BinaryIoU
+from perception.models.heads.lights import LIGHT_STATES
 from perception.postprocess.drivable import drivable_probability, to_original_image
+from perception.postprocess.lanes import decode_lanes
+from perception.postprocess.lights import decode_lights
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
 
 
@@ -30,15 +38,14 @@ from perception.postprocess.obstacles import decode_image, merge_cameras, to_glo
 def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: str | None = None,
              batch_size: int | None = None, num_workers: int | None = None, format_only: bool = False,
              results_path: str | None = None, predictor=None) -> dict[str, float]:
-    """Metrics on ``split`` (default: the config's val split).
+    """Metrics on ``split`` (default: the config's val split) and, when configured, BDD100K's val split.
 
     ``predictor`` (images -> outputs dict) replaces the PyTorch model when given, e.g. an
     ONNX Runtime session wrapper; post-processing and scoring are the same.
 
     Under torchrun (a process group, or WORLD_SIZE > 1) every rank evaluates its shard of the
-    images; results are gathered per camera image (sample_data token), which removes the
-    duplicates the sampler pads with, and rank 0 writes the JSON and runs the devkit. Every
-    rank returns the same metrics.
+    images; results are gathered per image, which removes the duplicates the sampler pads with,
+    and rank 0 writes the JSON and runs the devkit. Every rank returns the same metrics.
     """
     split = split or cfg.val_split
     rank, world = distributed_rank_and_world()
@@ -46,47 +53,40 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
         model = build_model(cfg.model, tuple(cfg.input_size))
         load_model_weights(model, checkpoint_path)
         predictor = model.eval()
-    dataset = build_datamodule(cfg).dataset("val", split=split)
-    sampler = ResumableSampler(len(dataset), shuffle=False, rank=rank, world_size=world)
-    loader = DataLoader(dataset, batch_size=batch_size or cfg.val_batch_size, sampler=sampler,
-                        num_workers=cfg.num_workers if num_workers is None else num_workers,
-                        collate_fn=collate_camera_batch)
-    input_size = tuple(cfg.input_size)
-    per_image: dict[str, dict] = {}  # sample_data token -> {sample_token, boxes, drivable counts}
+    datamodule = build_datamodule(cfg)
+    sources = [datamodule.dataset("val", split=split)]
+    heads = cfg.model.heads
+    if cfg.bdd100k is not None and any(h is not None for h in (heads.drivable, heads.lanes, heads.lights)):
+        sources.append(datamodule.bdd100k_dataset("val"))
+    per_image: dict[str, dict] = {}  # image key -> result of that image
     timings = {"model_s": 0.0, "postprocess_s": 0.0, "devkit_s": 0.0}
-    for batch in loader:
-        start = time.perf_counter()
-        outputs = predictor(batch["images"])
-        timings["model_s"] += time.perf_counter() - start
-        start = time.perf_counter()
-        probability = None
-        if "drivable.logits" in outputs:
-            probability = drivable_probability(outputs["drivable.logits"], input_size).numpy()
-        for i, meta in enumerate(batch["meta"]):
-            result = {"sample_token": meta["sample_token"]}
-            if probability is not None:
-                width, height = meta["orig_size"]
-                truth = read_mask(meta["drivable_mask_path"], height, width)
-                counts = BinaryIoU()
-                counts.update(to_original_image(probability[i], meta["affine"], meta["orig_size"]), truth)
-                result["drivable"] = (counts.tp, counts.fp, counts.fn, counts.tn)
-            if "obstacles.logits" in outputs:
-                boxes = decode_image(outputs, i, meta["intrinsics"], input_size,
-                                     cfg.postprocess.obstacle_max_per_image, cfg.postprocess.obstacle_score_threshold)
-                result["boxes"] = to_global(boxes, meta["ego_from_camera"], meta["global_from_ego"])
-            per_image[meta["sample_data_token"]] = result
-        timings["postprocess_s"] += time.perf_counter() - start
+    for dataset in sources:
+        sampler = ResumableSampler(len(dataset), shuffle=False, rank=rank, world_size=world)
+        loader = DataLoader(dataset, batch_size=batch_size or cfg.val_batch_size, sampler=sampler,
+                            num_workers=cfg.num_workers if num_workers is None else num_workers,
+                            collate_fn=collate_camera_batch)
+        for batch in loader:
+            start = time.perf_counter()
+            outputs = predictor(batch["images"])
+            timings["model_s"] += time.perf_counter() - start
+            start = time.perf_counter()
+            probability = None
+            if "drivable.logits" in outputs:
+                probability = drivable_probability(outputs["drivable.logits"], tuple(cfg.input_size)).numpy()
+            for i, meta in enumerate(batch["meta"]):
+                per_image[meta["image_key"]] = _image_result(cfg, dataset, outputs, probability, i, meta)
+            timings["postprocess_s"] += time.perf_counter() - start
 
     if world > 1:
         gathered: list = [None] * world
         torch.distributed.all_gather_object(gathered, per_image)
-        per_image = {token: result for part in gathered for token, result in part.items()}
+        per_image = {key: result for part in gathered for key, result in part.items()}
         timing_parts: list = [None] * world
         torch.distributed.all_gather_object(timing_parts, timings)
         timings = {k: max(part[k] for part in timing_parts) for k in timings}  # wall time of the slowest rank
     metrics: dict[str, float] = {}
     if rank == 0:
-        metrics = _score(cfg, dataset, per_image, split, work_dir, format_only, results_path, timings)
+        metrics = _score(cfg, sources, per_image, split, work_dir, format_only, results_path, timings)
     if world > 1:
         holder = [metrics]
         torch.distributed.broadcast_object_list(holder, src=0)
@@ -94,25 +94,73 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
     return metrics
 
 
-def _score(cfg: ExperimentConfig, dataset, per_image: dict[str, dict], split: str, work_dir: str, format_only: bool,
-           results_path: str | None, timings: dict[str, float]) -> dict[str, float]:
-    """Metrics from one result per camera image (rank 0)."""
-    expected = {info["sample_data_token"] for info in dataset.infos}
-    if set(per_image) != expected:
-        raise RuntimeError(f"evaluation produced {len(per_image)} images for the {len(expected)} of split {split}")
+def _image_result(cfg: ExperimentConfig, dataset, outputs: dict, probability, i: int, meta: dict) -> dict:
+    """What scoring needs from one image: drivable counts, boxes, lane matches, light detections."""
+    input_size, post = tuple(cfg.input_size), cfg.postprocess
+    result = {"dataset": meta["dataset"], "sample_token": meta["sample_token"]}
+    if probability is not None:
+        truth = dataset.read_drivable_truth(meta)
+        if truth is not None:
+            counts = BinaryIoU()
+            counts.update(to_original_image(probability[i], meta["affine"], meta["orig_size"]), truth)
+            result["drivable"] = (counts.tp, counts.fp, counts.fn, counts.tn)
+    if "obstacles.logits" in outputs and meta["dataset"] == "nuscenes":
+        boxes = decode_image(outputs, i, meta["intrinsics"], input_size, post.obstacle_max_per_image,
+                             post.obstacle_score_threshold)
+        result["boxes"] = to_global(boxes, meta["ego_from_camera"], meta["global_from_ego"])
+    if "lanes.logits" in outputs and meta["lanes_gt"] is not None:
+        lanes = decode_lanes(outputs, i, input_size, meta["affine"], post.lane_score_threshold,
+                             post.lane_visibility_threshold)
+        truth = [np.asarray(p, np.float64) for p in meta["lanes_gt"]["polylines"]]
+        result["lanes"] = match_lanes(lanes.polylines, truth, meta["orig_size"])
+    if "lights.logits" in outputs and meta["lights_gt"] is not None:
+        result["lights"] = decode_lights(outputs, i, input_size, meta["affine"], post.light_max_per_image,
+                                         post.light_score_threshold)
+        result["lights_gt"] = meta["lights_gt"]
+    return result
+
+
+def _score(cfg: ExperimentConfig, sources: list, per_image: dict[str, dict], split: str, work_dir: str,
+           format_only: bool, results_path: str | None, timings: dict[str, float]) -> dict[str, float]:
+    """Metrics from one result per image (rank 0)."""
+    for dataset in sources:
+        expected = {dataset.image_key(info) for info in dataset.infos}
+        missing = expected - set(per_image)
+        if missing:
+            raise RuntimeError(f"evaluation produced no result for {len(missing)} of the {len(expected)} images of "
+                               f"{dataset.name} (e.g. {sorted(missing)[:2]})")
     metrics: dict[str, float] = {}
-    if cfg.model.heads.drivable is not None:
-        iou = BinaryIoU()
-        for result in per_image.values():
-            tp, fp, fn, tn = result["drivable"]
-            iou.tp, iou.fp, iou.fn, iou.tn = iou.tp + tp, iou.fp + fp, iou.fn + fn, iou.tn + tn
-        metrics.update({f"drivable/{k}": v for k, v in iou.compute().items()})
+    suffix = {"nuscenes": "", "bdd100k": "_bdd100k"}
+    for name in ("nuscenes", "bdd100k"):
+        counts = [r["drivable"] for r in per_image.values() if r["dataset"] == name and "drivable" in r]
+        if counts:
+            iou = BinaryIoU()
+            iou.tp, iou.fp, iou.fn, iou.tn = (int(sum(c[k] for c in counts)) for k in range(4))
+            metrics.update({f"drivable/{k}{suffix[name]}": v for k, v in iou.compute().items()})
+    lane_results = {name: [r["lanes"] for r in per_image.values() if r["dataset"] == name and "lanes" in r]
+                    for name in ("nuscenes", "bdd100k")}
+    if any(lane_results.values()):
+        overall = LaneF1()
+        for name, results in lane_results.items():
+            if not results:
+                continue
+            per_dataset = LaneF1()
+            for tp, fp, fn in results:
+                per_dataset.add(tp, fp, fn)
+                overall.add(tp, fp, fn)
+            metrics[f"lanes/F1_{name}"] = per_dataset.compute()["F1"]
+        metrics.update({f"lanes/{k}": v for k, v in overall.compute().items()})
+    light_results = [per_image[key] for key in sorted(per_image) if "lights" in per_image[key]]
+    if light_results:
+        ap = coco_ap50([r["lights_gt"] for r in light_results], [r["lights"] for r in light_results], LIGHT_STATES)
+        metrics.update({f"lights/{k}": v for k, v in ap.items()})
     if cfg.model.heads.obstacles is not None:
         start = time.perf_counter()
         per_sample: dict[str, list[dict]] = {}
-        for token in sorted(per_image):  # a fixed order, whatever the number of ranks
-            per_sample.setdefault(per_image[token]["sample_token"], []).extend(per_image[token]["boxes"])
-        sample_tokens = list(dict.fromkeys(info["sample_token"] for info in dataset.infos))
+        for key in sorted(per_image):  # a fixed order, whatever the number of ranks
+            if "boxes" in per_image[key]:
+                per_sample.setdefault(per_image[key]["sample_token"], []).extend(per_image[key]["boxes"])
+        sample_tokens = list(dict.fromkeys(info["sample_token"] for info in sources[0].infos))
         merged = {token: merge_cameras(boxes) for token, boxes in per_sample.items()}
         results_path = results_path or os.path.join(work_dir, f"results_nusc_{split}.json")
         write_submission(merged, sample_tokens, results_path)

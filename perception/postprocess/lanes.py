@@ -1,0 +1,38 @@
+"""Lane outputs -> lanes in original-image pixels (NMS-free: one lane per confident query)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, decode_lane
+
+
+@dataclass
+class ImageLanes:
+    polylines: list[np.ndarray]  # each [K,2] (x, y) original px, bottom (near) first
+    labels: np.ndarray  # [N] index into LANE_CLASSES
+    scores: np.ndarray  # [N]
+
+
+def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
+                 score_threshold: float = 0.3, visibility_threshold: float = 0.5) -> ImageLanes:
+    """Lanes of image ``index`` of a batch; ``affine`` [3,3] maps original px to input px."""
+    probability = outputs["lanes.logits"][index].float().sigmoid()  # (Q, C)
+    scores, labels = probability.max(dim=-1)
+    points = outputs["lanes.points"][index].float().numpy()  # (Q, P)
+    visible = (outputs["lanes.visibility"][index].float().sigmoid() > visibility_threshold).numpy()
+    inverse = np.linalg.inv(affine)
+    polylines, kept_labels, kept_scores = [], [], []
+    for q in np.argsort(-scores.numpy()):
+        if scores[q] <= score_threshold:
+            break
+        if visible[q].sum() < MIN_VISIBLE_ROWS:
+            continue
+        lane = decode_lane(points[q], visible[q], input_size)  # input px
+        polylines.append(lane @ inverse[:2, :2].T + inverse[:2, 2])
+        kept_labels.append(int(labels[q]))
+        kept_scores.append(float(scores[q]))
+    return ImageLanes(polylines, np.asarray(kept_labels, np.int64), np.asarray(kept_scores, np.float32))

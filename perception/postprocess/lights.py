@@ -1,0 +1,25 @@
+"""Traffic-light outputs -> boxes with a state in original-image pixels (NMS-free top-k)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchvision.ops import box_convert
+
+
+def decode_lights(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
+                  max_detections: int = 30, score_threshold: float = 0.05) -> dict[str, np.ndarray]:
+    """{"boxes_xyxy" [N,4] original px, "labels" [N] (LIGHT_STATES index), "scores" [N]} of image ``index``."""
+    height, width = input_size
+    logits = outputs["lights.logits"][index].float()  # (Q, S)
+    num_states = logits.shape[-1]
+    scores, flat = logits.sigmoid().flatten().topk(min(max_detections, logits.numel()))
+    keep = scores > score_threshold
+    scores, flat = scores[keep], flat[keep]
+    queries, labels = flat // num_states, flat % num_states
+    boxes = box_convert(outputs["lights.boxes"][index][queries].float(), "cxcywh", "xyxy").numpy()
+    boxes = boxes * np.array([width, height, width, height])  # input px
+    inverse = np.linalg.inv(affine)
+    corners = np.stack([boxes[:, :2], boxes[:, 2:]], 1) @ inverse[:2, :2].T + inverse[:2, 2]  # (N, 2, 2)
+    boxes = np.concatenate([corners.min(1), corners.max(1)], 1)  # a mirrored affine swaps x0 and x1
+    return {"boxes_xyxy": boxes, "labels": labels.numpy(), "scores": scores.numpy()}
