@@ -9,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k  # noqa: E402
 from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes  # noqa: E402
 
 TINY_MODEL = dict(
@@ -30,6 +31,23 @@ def small_dataset(tmp_path_factory, small_spec) -> str:
     root = str(tmp_path_factory.mktemp("synthetic_nuscenes"))
     write_synthetic_nuscenes(root, small_spec)
     return root
+
+
+@pytest.fixture(scope="session")
+def bdd_dataset(tmp_path_factory) -> str:
+    """Synthetic BDD100K layout: 4 drives x 6 front-camera frames at 480x270, splits train (3 drives) / val."""
+    root = str(tmp_path_factory.mktemp("synthetic_bdd100k"))
+    write_synthetic_bdd100k(root, Bdd100kSyntheticSpec(videos=4, frames_per_video=6, val_videos=1,
+                                                       image_size=(480, 270), seed=4))
+    return root
+
+
+ALL_HEADS = dict(drivable=dict(channels=32, num_classes=2), obstacles=dict(dim=64, num_queries=60, ffn_dim=256),
+                 lanes=dict(dim=64, num_queries=20), lights=dict(dim=64, num_queries=30))
+ALL_LOSS_WEIGHTS = dict(
+    drivable_ce=1.0, drivable_dice=1.0, obstacle_cls=2.0, obstacle_l1=5.0, obstacle_giou=2.0, obstacle_center=5.0,
+    obstacle_depth=1.0, obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5,
+    lane_cls=2.0, lane_points=5.0, lane_visibility=1.0, light_cls=2.0, light_l1=5.0, light_giou=2.0)
 
 
 def experiment_dict(data_root: str, **overrides) -> dict:

@@ -1,0 +1,131 @@
+"""Partial labels: a task's loss sees only the images that carry its labels.
+
+An image without lane labels must contribute exactly zero lane gradient (no "nothing here"
+signal from a missing label); an image labelled with zero lanes must push lane scores down.
+The same holds for the obstacle and traffic-light heads. Images are independent in the network
+(Swin's LayerNorm, GroupNorm in the heads, no batch statistics), so zero gradient is exact.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from perception.build import build_criteria, build_model
+from perception.config import parse_config
+from perception.data.camera_dataset import collate_camera_batch
+from perception.data.mixing import MixedDataset
+from perception.data.sampling import item_index
+from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
+
+TASK_LOSSES = {"lanes": ("lane_cls", "lane_points", "lane_visibility"),
+               "lights": ("light_cls", "light_l1", "light_giou"),
+               "obstacles": ("obstacle_cls", "obstacle_l1", "obstacle_giou", "obstacle_center", "obstacle_depth")}
+
+
+@pytest.fixture(scope="module")
+def mixed_batch(small_dataset, bdd_dataset):
+    """Two nuScenes images and two BDD100K images, evaluation transform, with their criteria and model."""
+    from perception.build import build_datamodule
+
+    cfg = parse_config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=ALL_HEADS),
+                                       loss_weights=ALL_LOSS_WEIGHTS, bdd100k=dict(data_root=bdd_dataset)))
+    datamodule = build_datamodule(cfg)
+    nuscenes, bdd = datamodule.dataset("val"), datamodule.bdd100k_dataset("val")
+    with_lanes = [i for i in range(len(nuscenes)) if nuscenes.infos[i]["lanes"]["labels"]][:2]
+    with_lights = [i for i in range(len(bdd)) if bdd.infos[i]["lights"]["labels"]][:2]
+    batch = collate_camera_batch([nuscenes[i] for i in with_lanes] + [bdd[i] for i in with_lights])
+    torch.manual_seed(0)
+    return cfg, batch, build_model(cfg.model, tuple(cfg.input_size)), build_criteria(cfg)
+
+
+def _task_loss(model, criteria, images, targets, task):
+    outputs = model(images)
+    losses = criteria[task](outputs, targets)
+    return sum(losses[name] for name in TASK_LOSSES[task]), outputs
+
+
+def test_each_dataset_flags_the_tasks_it_labels(mixed_batch):
+    _, batch, _, _ = mixed_batch
+    valid = {task: batch["targets"][task]["valid"].tolist() for task in batch["targets"]}
+    assert valid["obstacles"] == [True, True, False, False]  # BDD100K has no 3D boxes
+    assert valid["lights"] == [False, False, True, True]  # nuScenes has no light states
+    assert valid["lanes"] == [True, True, True, True]
+    assert valid["drivable"] == [True, True, True, True]
+
+
+@pytest.mark.parametrize("task", ["lanes", "lights", "obstacles"])
+def test_an_image_without_labels_contributes_zero_gradient(mixed_batch, task):
+    _, batch, model, criteria = mixed_batch
+    model.train()
+    targets = copy.deepcopy(batch["targets"])
+    targets[task]["valid"] = torch.tensor([True, False, True, False]) if task == "lanes" else targets[task]["valid"]
+    unlabelled = [i for i, v in enumerate(targets[task]["valid"].tolist()) if not v]
+    images = batch["images"].clone().requires_grad_(True)
+    loss, _ = _task_loss(model, criteria, images, targets, task)
+    assert loss.item() > 0
+    loss.backward()
+    for i in range(4):
+        grad = images.grad[i].abs().max().item()
+        if i in unlabelled:
+            assert grad == 0.0, f"{task}: image {i} has no {task} labels but receives gradient {grad}"
+        else:
+            assert grad > 0.0, f"{task}: labelled image {i} receives no gradient"
+    # Whatever the unlabelled images' labels say (here: another image's objects), the loss is the same.
+    scrambled = copy.deepcopy(targets)
+    labelled = next(i for i in range(4) if i not in unlabelled)
+    for i in unlabelled:
+        scrambled[task]["per_image"][i] = scrambled[task]["per_image"][labelled]
+    with torch.no_grad():
+        again, _ = _task_loss(model, criteria, batch["images"], scrambled, task)
+    assert again.item() == pytest.approx(loss.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("task", ["lanes", "lights", "obstacles"])
+def test_an_image_labelled_empty_pushes_scores_down(mixed_batch, task):
+    _, batch, model, criteria = mixed_batch
+    model.train()
+    targets = copy.deepcopy(batch["targets"])
+    empty = copy.deepcopy(targets[task]["per_image"][0])
+    if task == "lanes":
+        empty["polylines"], empty["labels"] = [], torch.zeros(0, dtype=torch.int64)
+    else:
+        empty["boxes_xyxy"], empty["labels"] = torch.zeros(0, 4), torch.zeros(0, dtype=torch.int64)
+        for key in ("center_uv", "center_cam", "size_wlh", "yaw", "velocity", "attributes"):
+            if key in empty:
+                empty[key] = empty[key][:0]
+    targets[task]["per_image"] = [empty] * 4
+    targets[task]["valid"] = torch.tensor([True, False, False, False])
+    loss, outputs = _task_loss(model, criteria, batch["images"], targets, task)
+    assert loss.item() > 0, "an image labelled with no objects must still produce a loss"
+    logits = outputs[f"{task}.logits"]
+    grad, = torch.autograd.grad(loss, logits)
+    assert (grad[0] > 0).all(), "every query's score of the empty image must be pushed down"
+    assert (grad[1:] == 0).all()
+
+
+class _Values:
+    """A dataset of plain values, keyed like the camera datasets ((epoch, index) or index)."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, key):
+        return self.values[item_index(key)]
+
+
+def test_mixed_dataset_draws_each_source_in_its_fraction_and_walks_it_over_epochs():
+    small, large = list(range(10)), list(range(100, 190))
+    mixed = MixedDataset([_Values(small), _Values(large)], [0.5, 0.5], length=40)
+    epoch0 = [mixed[(0, i)] for i in range(40)]
+    assert sum(v < 100 for v in epoch0) == 20  # half from each, whatever their sizes
+    assert sorted(v for v in epoch0 if v < 100) == sorted(small * 2)  # the small source repeats
+    seen = {mixed[(e, i)] for e in range(5) for i in range(20, 40)}
+    assert seen == set(large)  # the large one is walked through, not truncated to its first 20
+    with pytest.raises(ValueError, match="empty"):
+        MixedDataset([_Values([]), _Values(large)], [0.5, 0.5])
