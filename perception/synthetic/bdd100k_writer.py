@@ -95,7 +95,23 @@ def _box_of(corners_cam: np.ndarray, intrinsics: np.ndarray, width: int, height:
     return [round(float(v), 2) for v in (x0, y0, x1, y1)]
 
 
-def light_labels(world, camera_from_global, intrinsics, width, height, time_s) -> list[dict]:
+def _hidden(box: list[float], depth: float, occluders: list[np.ndarray], intrinsics: np.ndarray) -> bool:
+    """Whether a nearer cuboid (camera-frame corners [8,3]) covers the centre of ``box``."""
+    centre = ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
+    for corners in occluders:
+        front = corners[corners[:, 2] > 0.1]
+        if len(front) < 3 or front[:, 2].min() >= depth:
+            continue
+        uv, _ = project_points(front, intrinsics)
+        hull = cv2.convexHull(uv.astype(np.float32))
+        if cv2.pointPolygonTest(hull, centre, False) >= 0:
+            return True
+    return False
+
+
+def light_labels(world, camera_from_global, intrinsics, width, height, time_s,
+                 occluders: list[np.ndarray] = ()) -> list[dict]:
+    """Visible lights; ``occluders`` are road users' corners in the camera frame (a hidden light is not labelled)."""
     labels = []
     for light in world.traffic_lights:
         rotation = Quaternion(yaw_to_quaternion(light.yaw)).rotation_matrix
@@ -103,7 +119,7 @@ def light_labels(world, camera_from_global, intrinsics, width, height, time_s) -
         if np.linalg.norm(corners.mean(0)) > LABEL_RANGE:
             continue
         box = _box_of(corners, intrinsics, width, height)
-        if box is None:
+        if box is None or _hidden(box, float(corners[:, 2].min()), list(occluders), intrinsics):
             continue
         facing = float(np.dot(camera_from_global[:3, :3] @ rotation[:, 0], -corners.mean(0))) > 0
         colour = COLOUR_CODE[light.state(time_s)] if facing else "NA"
@@ -189,11 +205,12 @@ def _video_job(args) -> tuple[str, list[dict], list[dict]]:
         name = _name(spec.seed, video, k)
         global_from_camera = poses[k]
         camera_from_global = invert_transform(global_from_camera)
-        objects, boxes = [], []
+        objects, boxes, occluders = [], [], []
         for i, track in enumerate(tracks[1:], start=1):
             x, y, z, yaw = track.poses[k]
             corners = box_corners((x, y, z), track.size_wlh, Quaternion(yaw_to_quaternion(yaw)).rotation_matrix)
             objects.append((corners, track.category, tints[i]))
+            occluders.append(apply_transform(camera_from_global, corners))
             category = DETECTION_CATEGORY.get(track.category)
             box = _box_of(apply_transform(camera_from_global, corners), intrinsics, width, height) if category else None
             if box is not None and math.hypot(x - global_from_camera[0, 3], y - global_from_camera[1, 3]) < LABEL_RANGE:
@@ -205,7 +222,8 @@ def _video_job(args) -> tuple[str, list[dict], list[dict]]:
         cv2.imwrite(os.path.join(mask_dir, name.replace(".jpg", ".png")), drivable.mask(rays, global_from_camera))
         frame = {"name": name, "attributes": {"weather": "clear", "scene": "city street", "timeofday": "daytime"},
                  "timestamp": 10000}
-        labels = boxes + light_labels(world, camera_from_global, intrinsics, width, height, float(times[k]))
+        labels = boxes + light_labels(world, camera_from_global, intrinsics, width, height, float(times[k]),
+                                      occluders)
         detection_frames.append(frame | {"labels": [{"id": str(j)} | label for j, label in enumerate(labels)]})
         lanes = lane_labels(world, global_from_camera, intrinsics, width, height)
         lane_frames.append(frame | {"labels": [{"id": str(j)} | label for j, label in enumerate(lanes)]})
