@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perception-installed
 DEMO_DATA := data/synthetic_nuscenes
+BDD_DATA := data/synthetic_bdd100k
 DEMO_WORK := work_dirs/demo
 MOTION_DATA := data/synthetic_motion
 MOTION_WORK := work_dirs/motion
@@ -27,9 +28,14 @@ $(DEMO_DATA)/.complete: | $(STAMP)
 	$(PY) tools/make_synthetic_nuscenes.py $(DEMO_DATA) --scenes 12 --samples-per-scene 16 \
 		--cameras 6 --image-size 640x360 --val-scenes 2 --seed 0
 
-demo-data: $(DEMO_DATA)/.complete
+# Traffic lights with colour, 2D lanes, drivable masks: front-camera frames in the BDD100K layout.
+$(BDD_DATA)/.complete: | $(STAMP)
+	$(PY) tools/make_synthetic_bdd100k.py $(BDD_DATA) --videos 12 --frames-per-video 16 --val-videos 3 \
+		--image-size 640x360 --seed 0
 
-demo: $(STAMP) $(DEMO_DATA)/.complete
+demo-data: $(DEMO_DATA)/.complete $(BDD_DATA)/.complete
+
+demo: $(STAMP) $(DEMO_DATA)/.complete $(BDD_DATA)/.complete
 	$(PY) tools/train.py configs/demo_synthetic.py --work-dir $(DEMO_WORK)
 	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK)
 

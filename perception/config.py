@@ -162,6 +162,9 @@ class ExperimentConfig:
     cache_root: str | None = None  # default <data_root>/perception_cache
     drivable_max_range: float = 60.0
     bdd100k: Bdd100kConfig | None = None  # None: nuScenes only
+    # nuScenes cameras whose map-derived lanes are supervised and scored (markings run away from
+    # them); in the others lanes count as unlabelled (perception.data.camera_dataset).
+    lane_cameras: tuple = ("CAM_FRONT", "CAM_BACK")
     batch_size: int = 2
     val_batch_size: int = 4
     num_workers: int = 4
@@ -345,7 +348,7 @@ def validate(cfg: ExperimentConfig) -> None:
     if height % 32 or width % 32 or height <= 0 or width <= 0:
         raise ConfigError(f"input_size {list(cfg.input_size)} must be positive multiples of 32 (Swin patch 4 x "
                           "three 2x merges); multiples of 224 avoid window padding, e.g. [448, 896]")
-    unknown = [c for c in cfg.cameras if c not in CAMERAS]
+    unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
     low, high = cfg.augment.scale_range

@@ -6,7 +6,10 @@
 
 Metrics are flat keys: ``nuscenes/mAP``, ``nuscenes/NDS``, ``nuscenes/mATE`` ... and per-class
 ``nuscenes/AP_<class>`` from the official devkit's DetectionEval on the split; ``drivable/IoU``
-at the original image resolution. The nuScenes submission JSON is written beside them.
+at the original image resolution; ``lanes/F1`` (CULane-style, also ``lanes/F1_nuscenes`` for the
+map-derived lanes). With a BDD100K-format dataset in the config (``bdd100k=dict(...)``) its
+validation split adds ``lights/AP50`` and ``lights/AP50_<state>`` (pycocotools),
+``lanes/F1_bdd100k`` and ``drivable/IoU_bdd100k``. The nuScenes submission JSON is written beside them.
 
 Several processes (torchrun) split the images; results are gathered and de-duplicated per camera
 image and rank 0 writes the JSON and metrics:

@@ -152,15 +152,22 @@ def empty_lights() -> dict:
 
 class NuScenesCameraDataset(CameraDataset):
     """One item per (sample, camera) of a label cache: drivable area, 3D obstacles and map-derived
-    lanes are labelled; traffic lights are not (nuScenes has no light states)."""
+    lanes are labelled; traffic lights are not (nuScenes has no light states).
+
+    Lanes are labelled on ``lane_cameras`` only. Row-anchored lanes describe markings that run
+    away from the camera (as in CULane and BDD100K); in the side cameras the markings run across
+    the image and would be squeezed into a row or two, so there they are "not labelled", never
+    "no lanes".
+    """
 
     name = "nuscenes"
 
     def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
                  seed: int = 0, skip_bad_images: bool = False, reduced_decoding: bool = True,
-                 half_decode_max_scale: float = 0.5):
+                 half_decode_max_scale: float = 0.5, lane_cameras: tuple[str, ...] = ("CAM_FRONT", "CAM_BACK")):
         super().__init__(data_root, infos, transform, seed, skip_bad_images, reduced_decoding, half_decode_max_scale)
         self.cache_directory = cache_directory
+        self.lane_cameras = tuple(lane_cameras)
 
     def read_labels(self, info: dict, height: int, width: int) -> dict:
         obstacles = info["obstacles"]
@@ -206,7 +213,7 @@ class NuScenesCameraDataset(CameraDataset):
                                               dtype=torch.int64).reshape(-1)[keep],  # -1: none
                 "intrinsics": torch.as_tensor(out["intrinsics"], dtype=torch.float32),  # input image
             },
-            "lanes": {"valid": True, "polylines": out["lanes"],  # input px, [K,2] each
+            "lanes": {"valid": info["camera"] in self.lane_cameras, "polylines": out["lanes"],  # input px, [K,2]
                       "labels": torch.as_tensor(info["lanes"]["labels"], dtype=torch.int64)},
             "lights": empty_lights(),
         }
@@ -218,7 +225,8 @@ class NuScenesCameraDataset(CameraDataset):
             "ego_from_camera": np.asarray(info["ego_from_camera"]), "global_from_ego": np.asarray(info["global_from_ego"]),
             "affine": out["affine"], "flipped": out["params"].flip,
             "drivable_mask_path": os.path.join(self.cache_directory, info["drivable_mask"]),
-            "lanes_gt": info["lanes"], "lights_gt": None,  # original px, for evaluation; None: not labelled
+            # original px, for evaluation; None: not labelled
+            "lanes_gt": info["lanes"] if info["camera"] in self.lane_cameras else None, "lights_gt": None,
         }
         return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}
 

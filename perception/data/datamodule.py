@@ -29,7 +29,8 @@ class NuScenesDataModule(L.LightningDataModule):
     def __init__(self, data_root: str, version: str, train_split: str, val_split: str, cameras: list[str],
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
-                 flip_prob: float = 0.5, photometric: bool = True, seed: int = 0, bdd100k=None):
+                 flip_prob: float = 0.5, photometric: bool = True, seed: int = 0, bdd100k=None,
+                 lane_cameras=("CAM_FRONT", "CAM_BACK")):
         """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None."""
         super().__init__()
         if not os.path.isdir(os.path.join(data_root, version)):
@@ -48,6 +49,7 @@ class NuScenesDataModule(L.LightningDataModule):
         self.augment = dict(scale_range=tuple(scale_range), flip_prob=flip_prob, photometric=photometric)
         self.seed = seed
         self.bdd100k = bdd100k
+        self.lane_cameras = tuple(lane_cameras)
         self.datasets: dict = {}
 
     def _transform(self, train: bool) -> CameraTransform:
@@ -63,7 +65,8 @@ class NuScenesDataModule(L.LightningDataModule):
         # Training decodes JPEGs at half size up to scale 0.6 (scale jitter around 0.5 then never
         # pays for a full decode; at most a 1.2x upsample); evaluation only when nothing is upsampled.
         return NuScenesCameraDataset(self.data_root, infos, directory, self._transform(train), seed=self.seed,
-                                     skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5)
+                                     skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5,
+                                     lane_cameras=self.lane_cameras)
 
     def bdd100k_dataset(self, stage: str, split: str | None = None):
         """The BDD100K-format dataset of a stage, or None when the config mixes in none."""
