@@ -1,4 +1,7 @@
-"""Camera-image datasets (nuScenes through the label cache; BDD100K in perception.data.bdd100k): image, targets per task with a "has labels" flag, and meta."""
+"""Camera-image datasets: image, targets per task (each with a "has labels" flag) and meta.
+
+nuScenes items come from the label cache; BDD100K items from perception.data.bdd100k.
+"""
 
 from __future__ import annotations
 
@@ -222,7 +225,8 @@ class NuScenesCameraDataset(CameraDataset):
             "dataset": self.name, "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
             "image_key": self.image_key(info), "camera": info["camera"], "image_path": image_path,
             "orig_size": (width, height), "intrinsics": out["intrinsics"],
-            "ego_from_camera": np.asarray(info["ego_from_camera"]), "global_from_ego": np.asarray(info["global_from_ego"]),
+            "ego_from_camera": np.asarray(info["ego_from_camera"]),
+            "global_from_ego": np.asarray(info["global_from_ego"]),
             "affine": out["affine"], "flipped": out["params"].flip,
             "drivable_mask_path": os.path.join(self.cache_directory, info["drivable_mask"]),
             # original px, for evaluation; None: not labelled

@@ -35,7 +35,6 @@ from perception.geometry import (
     polygon_mask,
     project_points,
     rays_to_ground,
-    transform_matrix,
     yaw_to_quaternion,
 )
 from perception.synthetic.render import GroundRaster, render_camera
