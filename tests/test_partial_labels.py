@@ -34,7 +34,8 @@ def mixed_batch(small_dataset, bdd_dataset):
                                        loss_weights=ALL_LOSS_WEIGHTS, bdd100k=dict(data_root=bdd_dataset)))
     datamodule = build_datamodule(cfg)
     nuscenes, bdd = datamodule.dataset("val"), datamodule.bdd100k_dataset("val")
-    with_lanes = [i for i in range(len(nuscenes)) if nuscenes.infos[i]["lanes"]["labels"]][:2]
+    with_lanes = [i for i, info in enumerate(nuscenes.infos)
+                  if info["lanes"]["labels"] and info["camera"] in cfg.lane_cameras][:2]
     with_lights = [i for i in range(len(bdd)) if bdd.infos[i]["lights"]["labels"]][:2]
     batch = collate_camera_batch([nuscenes[i] for i in with_lanes] + [bdd[i] for i in with_lights])
     torch.manual_seed(0)
@@ -47,13 +48,20 @@ def _task_loss(model, criteria, images, targets, task):
     return sum(losses[name] for name in TASK_LOSSES[task]), outputs
 
 
-def test_each_dataset_flags_the_tasks_it_labels(mixed_batch):
-    _, batch, _, _ = mixed_batch
+def test_each_dataset_flags_the_tasks_it_labels(mixed_batch, small_dataset):
+    cfg, batch, _, _ = mixed_batch
     valid = {task: batch["targets"][task]["valid"].tolist() for task in batch["targets"]}
     assert valid["obstacles"] == [True, True, False, False]  # BDD100K has no 3D boxes
     assert valid["lights"] == [False, False, True, True]  # nuScenes has no light states
     assert valid["lanes"] == [True, True, True, True]
     assert valid["drivable"] == [True, True, True, True]
+    # nuScenes side cameras: lanes are "not labelled", not "no lanes".
+    from perception.build import build_datamodule
+
+    nuscenes = build_datamodule(cfg).dataset("val")
+    side = next(i for i, info in enumerate(nuscenes.infos) if info["camera"] == "CAM_FRONT_LEFT")
+    item = nuscenes[side]
+    assert item["targets"]["lanes"]["valid"] is False and item["meta"]["lanes_gt"] is None
 
 
 @pytest.mark.parametrize("task", ["lanes", "lights", "obstacles"])

@@ -1,0 +1,66 @@
+"""Lane row-anchor coding, the lane and light heads' outputs, and the lane matcher."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from perception.models.heads.lane_coding import anchor_rows, decode_lane, encode_lane
+from perception.models.heads.lanes import LaneHead
+from perception.models.heads.lights import LIGHT_STATES, LightHead
+from perception.training.lane_loss import LaneCriterion, LaneMatcher
+
+
+def test_encode_intersects_rows_and_marks_visibility():
+    rows = anchor_rows(8, 160.0)  # 10, 30, ..., 150
+    lane = np.array([[100.0, 160.0], [20.0, 0.0]])  # x = 100 - (160 - y) / 2
+    xs, visible = encode_lane(lane, rows, width=200.0)
+    assert visible.all()
+    assert np.allclose(xs, 100 - (160 - rows) / 2)
+    # The same lane leaving the image on the left: rows where x < 0 are not visible.
+    xs, visible = encode_lane(np.array([[10.0, 160.0], [-70.0, 0.0]]), rows, width=200.0)
+    assert visible.tolist() == [False] * 7 + [True]  # x = 10 - (160 - y) / 2 >= 0 only at y = 150
+    # A short lane covers only the rows it crosses; decoding returns those points, bottom first.
+    xs, visible = encode_lane(np.array([[50.0, 100.0], [50.0, 60.0]]), rows, width=200.0)
+    assert np.flatnonzero(visible).tolist() == [3, 4]
+    polyline = decode_lane(xs / 200.0, visible, (160, 200))
+    assert np.allclose(polyline, [[50.0, 90.0], [50.0, 70.0]])
+
+
+def test_heads_return_the_documented_outputs():
+    levels = [torch.randn(2, 16, 56 // 2 ** i, 112 // 2 ** i) for i in range(4)]
+    lanes, lights = LaneHead(16, num_points=12, dim=32, num_queries=7), LightHead(16, dim=32, num_queries=9)
+    for head in (lanes, lights):
+        head.eval()
+    out = lanes(levels) | lights(levels)
+    assert out["lanes.logits"].shape == (2, 7, 2)
+    assert out["lanes.points"].shape == (2, 7, 12) and out["lanes.visibility"].shape == (2, 7, 12)
+    assert out["lights.logits"].shape == (2, 9, len(LIGHT_STATES)) and out["lights.boxes"].shape == (2, 9, 4)
+    assert not any(".aux" in k or ".enc" in k for k in out)  # auxiliary outputs only in training
+    lanes.train()
+    assert {"lanes.enc.points", "lanes.aux0.points"} <= set(lanes(levels))
+
+
+def test_lane_matcher_pairs_each_lane_with_its_nearest_query():
+    num_points = 6
+    points = torch.full((1, 4, num_points), 0.9)
+    points[0, 2] = 0.2  # query 2 sits on lane 0
+    points[0, 0] = 0.6  # query 0 sits on lane 1
+    logits = torch.zeros(1, 4, 2)
+    targets = [{"labels": torch.tensor([0, 1]), "points": torch.stack([torch.full((6,), 0.21), torch.full((6,), 0.6)]),
+                "visible": torch.ones(2, num_points, dtype=torch.bool)}]
+    (queries, lanes), = LaneMatcher()(logits, points, targets)
+    assert dict(zip(lanes.tolist(), queries.tolist())) == {0: 2, 1: 0}
+    empty = [{"labels": torch.zeros(0, dtype=torch.int64), "points": torch.zeros(0, num_points),
+              "visible": torch.zeros(0, num_points, dtype=torch.bool)}]
+    assert [len(q) for q, _ in LaneMatcher()(logits, points, empty)] == [0]
+
+
+def test_lane_targets_drop_lanes_crossing_too_few_rows():
+    steep, flat = torch.tensor([[10.0, 224.0], [200.0, 0.0]]), torch.tensor([[0.0, 200.0], [440.0, 203.0]])
+    per_image = [{"polylines": [steep, flat], "labels": torch.tensor([0, 1])}]
+    encoded, = LaneCriterion.encode_targets(per_image, (224, 448), 24, "cpu")
+    assert encoded["labels"].tolist() == [0]  # the near-horizontal one crosses at most one row
+    assert encoded["points"].shape == (1, 24) and bool(encoded["visible"].all())
+    assert encoded["points"][0, -1].item() == pytest.approx((10 + 190 * (224 - 219.33) / 224) / 448, abs=1e-3)
