@@ -135,5 +135,8 @@ def test_mixed_dataset_draws_each_source_in_its_fraction_and_walks_it_over_epoch
     assert sorted(v for v in epoch0 if v < 100) == sorted(small * 2)  # the small source repeats
     seen = {mixed[(e, i)] for e in range(5) for i in range(20, 40)}
     assert seen == set(large)  # the large one is walked through, not truncated to its first 20
+    # Fractions equal to the sizes: a concatenation, whatever the epoch (validation keys carry one too).
+    concatenated = MixedDataset([_Values(small), _Values(large)], [len(small), len(large)])
+    assert [concatenated[(3, i)] for i in range(len(concatenated))] == small + large
     with pytest.raises(ValueError, match="empty"):
         MixedDataset([_Values([]), _Values(large)], [0.5, 0.5])

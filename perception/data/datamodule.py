@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import lightning as L
-from torch.utils.data import ConcatDataset, DataLoader
+from torch.utils.data import DataLoader
 
 from perception.data.camera_dataset import NuScenesCameraDataset, collate_camera_batch
 from perception.data.label_cache import build_label_cache, default_cache_root, load_label_cache
@@ -88,7 +88,8 @@ class NuScenesDataModule(L.LightningDataModule):
         if stage == "train":
             fraction = self.bdd100k.sample_fraction
             return MixedDataset([nuscenes, bdd], [1.0 - fraction, fraction])
-        return ConcatDataset([nuscenes, bdd])
+        # Fractions equal to the sizes: a plain concatenation that accepts the samplers' (epoch, index) keys.
+        return MixedDataset([nuscenes, bdd], [len(nuscenes), len(bdd)])
 
     def prepare_data(self) -> None:
         for split in set(self.splits.values()):
