@@ -141,3 +141,23 @@ def test_trainer_keys_managed_by_the_runner_are_rejected(small_dataset):
 
     with pytest.raises(ConfigError, match="use_distributed_sampler is set by tools/train.py"):
         parse_config(experiment_dict(small_dataset, trainer=dict(use_distributed_sampler=True)))
+
+
+def test_mixed_four_task_run_trains_validates_and_evaluates(small_dataset, bdd_dataset, tmp_path):
+    """The runner on nuScenes + BDD100K with all four heads: mixed training batches, validation
+    over both splits (sharded sampler keys), then every task's metrics from tools/test.py's path."""
+    from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL
+
+    overrides = dict(model=dict(TINY_MODEL, heads=ALL_HEADS), loss_weights=ALL_LOSS_WEIGHTS,
+                     bdd100k=dict(data_root=bdd_dataset, sample_fraction=0.5))
+    trainer = experiment_dict(small_dataset)["trainer"] | dict(limit_val_batches=2, val_check_interval=2)
+    metrics = train(Config(experiment_dict(small_dataset, trainer=trainer, **overrides)), str(tmp_path / "work"))
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith(("train/", "val/")))
+    assert {"train/loss_lane_points", "train/loss_light_cls", "val/drivable_IoU"} <= set(metrics)
+    cfg = parse_config(experiment_dict(small_dataset, **overrides))
+    results = evaluate(cfg, str(tmp_path / "work" / "checkpoints" / "last.ckpt"), str(tmp_path / "eval"),
+                       num_workers=0)
+    for key in ("nuscenes/mAP", "nuscenes/NDS", "drivable/IoU", "drivable/IoU_bdd100k", "lanes/F1",
+                "lanes/F1_nuscenes", "lanes/F1_bdd100k", "lights/AP50", "lights/AP50_red"):
+        assert key in results, key
+    assert results["eval/num_images"] == 24 + 6
