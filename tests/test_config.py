@@ -12,10 +12,20 @@ def test_demo_and_swin_t_configs_parse():
     demo = parse_config(load_config("configs/demo_synthetic.py"))
     assert demo.model.backbone.embed_dim == 32 and demo.model.neck.channels == 32
     assert demo.trainer["accelerator"] == "cpu"
-    assert demo.model.heads.obstacles is None and demo.model.heads.drivable.channels == 32
+    heads = demo.model.heads
+    assert all(h is not None for h in (heads.drivable, heads.obstacles, heads.lanes, heads.lights))
+    assert demo.bdd100k.data_root == "data/synthetic_bdd100k" and demo.model.heads.drivable.channels == 32
     full = parse_config(load_config("configs/swin_t_nuscenes.py"))
     assert full.model.backbone.name == "swin_tiny_patch4_window7_224" and full.model.backbone.embed_dim is None
     assert full.input_size == (448, 896) and len(full.cameras) == 6
+    assert full.bdd100k is None and full.model.heads.lights is None and full.model.heads.lanes is not None
+    mixed = parse_config(load_config("configs/swin_t_nuscenes_bdd100k.py"))
+    assert mixed.bdd100k.sample_fraction == 0.4 and mixed.model.heads.lights.dim == 128
+
+
+def test_light_head_without_light_labels_is_rejected():
+    with pytest.raises(ConfigError, match="traffic-light labels"):
+        parse_config(load_config("configs/swin_t_nuscenes_bdd100k.py", {"bdd100k": None}))
 
 
 def test_cfg_options_override_nested_and_trainer_keys():
@@ -45,7 +55,7 @@ def test_disabling_a_head_keeps_its_inherited_loss_weights_valid():
 
     cfg = parse_config(load_config("configs/swin_t_nuscenes.py", {"model.heads.drivable": None}))
     system = build_system(cfg)
-    assert set(system.criteria) == {"obstacles"}
+    assert set(system.criteria) == {"obstacles", "lanes"}
 
 
 def test_unknown_loss_weight_is_rejected():

@@ -69,7 +69,9 @@ def test_tools_train_and_test_on_a_mini_like_dataset(tmp_path):
     env = dict(os.environ, NO_ALBUMENTATIONS_UPDATE="1", HF_HUB_OFFLINE="1")
     options = [f"data_root={root}", "version=v1.0-mini", "train_split=mini_train", "val_split=mini_val",
                "batch_size=4", "num_workers=0", "trainer.max_steps=2", "trainer.val_check_interval=2",
-               "trainer.enable_progress_bar=False"]
+               "trainer.enable_progress_bar=False",
+               # nuScenes only: no BDD100K-format data, hence no traffic-light head (no light labels).
+               "bdd100k=None", "model.heads.lights=None"]
     result = subprocess.run([sys.executable, "tools/train.py", "configs/demo_synthetic.py", "--work-dir", work_dir,
                              "--cfg-options", *options], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
