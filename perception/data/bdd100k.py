@@ -141,6 +141,18 @@ def load_bdd100k_infos(root: str, split: str) -> list[dict]:
     return [infos[name] for name in sorted(infos)]
 
 
+def read_drivable_mask(path: str | None) -> np.ndarray | None:
+    """Binary drivable mask at the original resolution (1 drivable, 0 not, IGNORE_INDEX unknown), None
+    when the image has no mask: 0 direct / 1 alternative -> drivable, 2 background -> not."""
+    if path is None:
+        return None
+    raw = cv2.imread(path, cv2.IMREAD_UNCHANGED)
+    if raw is None:
+        raise ImageReadError(f"drivable mask {path} is unreadable")
+    raw = raw if raw.ndim == 2 else raw[..., 0]
+    return np.where(raw <= 1, 1, np.where(raw == 2, 0, IGNORE_INDEX)).astype(np.uint8)
+
+
 class Bdd100kDataset(CameraDataset):
     """BDD100K-format images with the same targets structure as NuScenesCameraDataset."""
 
@@ -171,19 +183,10 @@ class Bdd100kDataset(CameraDataset):
         return f"bdd100k/{self.split}/{info['name']}"
 
     def read_drivable_truth(self, meta: dict) -> np.ndarray | None:
-        """Binary drivable mask at the original resolution (1 drivable, 0 not), None when unlabelled."""
-        path = meta["drivable_mask_path"]
-        if path is None:
-            return None
-        raw = cv2.imread(path, cv2.IMREAD_UNCHANGED)
-        if raw is None:
-            raise ImageReadError(f"drivable mask {path} is unreadable")
-        raw = raw if raw.ndim == 2 else raw[..., 0]
-        return np.where(raw <= 1, 1, np.where(raw == 2, 0, IGNORE_INDEX)).astype(np.uint8)
+        return read_drivable_mask(meta["drivable_mask_path"])
 
     def read_labels(self, info: dict, height: int, width: int) -> dict:
-        # 0 direct / 1 alternative -> drivable, 2 background -> not; anything else is unknown.
-        mask = self.read_drivable_truth({"drivable_mask_path": info["drivable_mask"]})
+        mask = read_drivable_mask(info["drivable_mask"])
         if mask is not None and mask.shape != (height, width):
             raise ImageReadError(f"drivable mask {info['drivable_mask']} is {mask.shape[1]}x{mask.shape[0]}, "
                                  f"its image {width}x{height}")

@@ -6,17 +6,14 @@ import numpy as np
 import torch
 from torchvision.ops import box_convert
 
+from perception.postprocess.top_k import top_k_detections
+
 
 def decode_lights(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
                   max_detections: int = 30, score_threshold: float = 0.05) -> dict[str, np.ndarray]:
     """{"boxes_xyxy" [N,4] original px, "labels" [N] (LIGHT_STATES index), "scores" [N]} of image ``index``."""
     height, width = input_size
-    logits = outputs["lights.logits"][index].float()  # (Q, S)
-    num_states = logits.shape[-1]
-    scores, flat = logits.sigmoid().flatten().topk(min(max_detections, logits.numel()))
-    keep = scores > score_threshold
-    scores, flat = scores[keep], flat[keep]
-    queries, labels = flat // num_states, flat % num_states
+    scores, queries, labels = top_k_detections(outputs["lights.logits"][index], max_detections, score_threshold)
     boxes = box_convert(outputs["lights.boxes"][index][queries].float(), "cxcywh", "xyxy").numpy()
     boxes = boxes * np.array([width, height, width, height])  # input px
     inverse = np.linalg.inv(affine)

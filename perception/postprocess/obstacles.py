@@ -14,6 +14,7 @@ import torch
 
 from perception.data.nuscenes_constants import DETECTION_CLASSES
 from perception.models.heads.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
+from perception.postprocess.top_k import top_k_detections
 
 MERGE_RADIUS = {"pedestrian": 0.5, "traffic_cone": 0.4, "barrier": 0.8, "bicycle": 0.7, "motorcycle": 0.8}
 DEFAULT_MERGE_RADIUS = 1.5
@@ -37,12 +38,7 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
                  max_detections: int = 100, score_threshold: float = 0.05) -> CameraBoxes:
     """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input."""
     height, width = input_size
-    logits = outputs["obstacles.logits"][index].float()  # (Q, C)
-    num_classes = logits.shape[-1]
-    scores, flat = logits.sigmoid().flatten().topk(min(max_detections, logits.numel()))
-    keep = scores > score_threshold
-    scores, flat = scores[keep], flat[keep]
-    queries, labels = flat // num_classes, flat % num_classes
+    scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], max_detections, score_threshold)
     uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
     fx = float(intrinsics[0, 0])
     depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 from pyquaternion import Quaternion
+from shapely.geometry import LineString
 
 from perception.data.lane_projection import project_ground_line
 from perception.geometry import (
@@ -136,8 +137,6 @@ def lane_labels(world, global_from_camera, intrinsics, width, height) -> list[di
         for line in lines:
             for piece in project_ground_line(np.asarray(line)[:, :2], intrinsics, global_from_camera, 0.0, width,
                                              height, LABEL_RANGE):
-                from shapely.geometry import LineString
-
                 vertices = np.round(np.asarray(LineString(piece).simplify(0.5).coords), 2).tolist()
                 labels.append({"category": category, "attributes": {"laneDirection": "parallel", "laneStyle": style},
                                "poly2d": [{"vertices": vertices, "types": "L" * len(vertices), "closed": False}]})

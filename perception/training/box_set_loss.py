@@ -1,4 +1,5 @@
-"""Set criterion of a DETR-style box head: focal class loss, L1 + GIoU on 2D boxes.
+"""Set criteria of the DETR-style heads: the shared skeleton and the box heads' losses
+(focal class loss, L1 + GIoU on 2D boxes).
 
 Applied to the final decoder layer, every auxiliary layer and the selected encoder proposals,
 each with its own Hungarian matching. Only images that carry the task's labels (``valid``)
@@ -38,15 +39,65 @@ def zero_touching(outputs: dict, task: str) -> torch.Tensor:
     return sum(v.sum() for k, v in outputs.items() if k.startswith(task + ".")) * 0.0
 
 
-class BoxSetCriterion(nn.Module):
-    task = "lights"  # key of the outputs and of the targets
-    loss_prefix = "light"
-    loss_names = ("light_cls", "light_l1", "light_giou")
+def gather_matched(matches: list[tuple[torch.Tensor, torch.Tensor]], targets: list[dict]):
+    """(image index [K], query index [K], matched targets {key: [K,...]}) of per-image matches."""
+    batch_index = torch.cat([torch.full_like(q, i) for i, (q, _) in enumerate(matches)])
+    query_index = torch.cat([q for q, _ in matches])
+    matched = {k: torch.cat([t[k][j] for t, (_, j) in zip(targets, matches)]) for k in targets[0]}
+    return batch_index, query_index, matched
+
+
+class SetCriterion(nn.Module):
+    """Skeleton of a set criterion: keep the labelled images, encode their targets once, then
+    match and score every prefix (final, auxiliary layers, proposals). Subclasses set ``task``
+    and ``loss_names`` and implement ``encode`` and ``prefix_losses``."""
+
+    task = ""  # key of the outputs and of the targets
+    loss_names: tuple[str, ...] = ()
+
+    def __init__(self, matcher: nn.Module, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
+        super().__init__()
+        self.matcher = matcher
+        self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
+
+    def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
+        raise NotImplementedError
+
+    def prefix_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                      num_targets: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def class_loss(self, logits: torch.Tensor, batch_index: torch.Tensor, query_index: torch.Tensor,
+                   labels: torch.Tensor, num_targets: int) -> torch.Tensor:
+        """Sigmoid focal loss: matched queries towards their class, every other query towards nothing."""
+        target_classes = torch.zeros_like(logits)
+        target_classes[batch_index, query_index, labels] = 1.0
+        return sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma,
+                                  reduction="sum") / num_targets
+
+    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
+        logits = outputs[f"{self.task}.logits"]
+        valid = targets[self.task]["valid"].to(logits.device)
+        zero = zero_touching(outputs, self.task)
+        if not bool(valid.any()):
+            return {name: zero for name in self.loss_names}
+        per_image = [t for t, v in zip(targets[self.task]["per_image"], valid.tolist()) if v]
+        encoded = self.encode(per_image, targets[self.task]["input_size"], outputs, logits.device)
+        num_targets = max(sum(len(t["labels"]) for t in encoded), 1)
+        totals = {name: zero for name in self.loss_names}
+        for prefix in output_prefixes(outputs, self.task):
+            for name, value in self.prefix_losses(outputs_of(outputs, prefix, valid), encoded, num_targets).items():
+                totals[name] = totals[name] + value
+        return totals
+
+
+class BoxSetCriterion(SetCriterion):
+    """2D boxes: focal class loss, L1 + GIoU; subclasses add per-query terms (``extra_losses``)."""
+
+    loss_prefix = ""
 
     def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
-        super().__init__()
-        self.matcher = matcher or HungarianMatcher()
-        self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
+        super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma)
 
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (xyxy input-image pixels) -> labels and normalised cxcywh boxes."""
@@ -56,44 +107,32 @@ class BoxSetCriterion(nn.Module):
                  "boxes": box_convert(t["boxes_xyxy"].float() / scale, "xyxy", "cxcywh").to(device)}
                 for t in per_image]
 
-    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
-        logits = outputs[f"{self.task}.logits"]
-        valid = targets[self.task]["valid"].to(logits.device)
-        zero = zero_touching(outputs, self.task)
-        if not bool(valid.any()):
-            return {name: zero for name in self.loss_names}
-        per_image = [t for t, v in zip(targets[self.task]["per_image"], valid.tolist()) if v]
-        encoded = self.encode_targets(per_image, targets[self.task]["input_size"], logits.device)
-        num_boxes = max(sum(len(t["labels"]) for t in encoded), 1)
-        totals = {name: zero for name in self.loss_names}
-        for prefix in output_prefixes(outputs, self.task):
-            for name, value in self._losses(outputs_of(outputs, prefix, valid), encoded, num_boxes).items():
-                totals[name] = totals[name] + value
-        return totals
+    def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
+        return self.encode_targets(per_image, input_size, device)
 
-    def _losses(self, pred: dict[str, torch.Tensor], targets: list[dict], num_boxes: int) -> dict[str, torch.Tensor]:
+    def prefix_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                      num_targets: int) -> dict[str, torch.Tensor]:
         matches = self.matcher(pred["logits"], pred["boxes"], targets)
-        batch_index = torch.cat([torch.full_like(q, i) for i, (q, _) in enumerate(matches)])
-        query_index = torch.cat([q for q, _ in matches])
-        matched = {k: torch.cat([t[k][j] for t, (_, j) in zip(targets, matches)]) for k in targets[0]}
-
-        target_classes = torch.zeros_like(pred["logits"])
-        target_classes[batch_index, query_index, matched["labels"]] = 1.0
+        batch_index, query_index, matched = gather_matched(matches, targets)
         p = self.loss_prefix
-        losses = {f"{p}_cls": sigmoid_focal_loss(pred["logits"], target_classes, self.focal_alpha,
-                                                 self.focal_gamma, reduction="sum") / num_boxes}
+        losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
+                                              num_targets)}
         boxes = pred["boxes"][batch_index, query_index]
-        losses[f"{p}_l1"] = F.l1_loss(boxes, matched["boxes"], reduction="sum") / num_boxes
+        losses[f"{p}_l1"] = F.l1_loss(boxes, matched["boxes"], reduction="sum") / num_targets
         losses[f"{p}_giou"] = generalized_box_iou_loss(
             box_convert(boxes, "cxcywh", "xyxy"), box_convert(matched["boxes"], "cxcywh", "xyxy"),
-            reduction="sum") / num_boxes
-        losses.update(self.extra_losses(pred, matched, batch_index, query_index, num_boxes))
+            reduction="sum") / num_targets
+        losses.update(self.extra_losses(pred, matched, batch_index, query_index, num_targets))
         return losses
 
-    def extra_losses(self, pred, matched, batch_index, query_index, num_boxes) -> dict[str, torch.Tensor]:
+    def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         """Losses on per-query outputs beyond class and box (none here)."""
         return {}
 
 
 class LightCriterion(BoxSetCriterion):
     """Traffic lights: the class is the light's state (perception.models.heads.lights.LIGHT_STATES)."""
+
+    task = "lights"
+    loss_prefix = "light"
+    loss_names = ("light_cls", "light_l1", "light_giou")

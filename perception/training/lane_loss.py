@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import nn
-from torchvision.ops import sigmoid_focal_loss
 
 from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
-from perception.training.box_set_loss import output_prefixes, outputs_of, zero_touching
+from perception.training.box_set_loss import SetCriterion, gather_matched
+from perception.training.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility")
 
@@ -40,25 +40,22 @@ class LaneMatcher(nn.Module):
             if len(target["labels"]) == 0:
                 matches.append((empty, empty))
                 continue
-            probability = logits[i].float().sigmoid()[:, target["labels"]]  # (Q, M)
-            negative = (1 - self.alpha) * probability ** self.gamma * -(1 - probability + 1e-8).log()
-            positive = self.alpha * (1 - probability) ** self.gamma * -(probability + 1e-8).log()
+            cost_class = focal_class_cost(logits[i].float().sigmoid(), target["labels"], self.alpha, self.gamma)
             visible = target["visible"].float()  # (M, P)
             distance = (points[i].float()[:, None] - target["points"][None]).abs()  # (Q, M, P)
             cost_points = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
-            cost = self.cost_class * (positive - negative) + self.cost_points * cost_points
+            cost = self.cost_class * cost_class + self.cost_points * cost_points
             rows, cols = linear_sum_assignment(cost.cpu().numpy())
             matches.append((torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
         return matches
 
 
-class LaneCriterion(nn.Module):
+class LaneCriterion(SetCriterion):
+    task = "lanes"
     loss_names = LOSS_NAMES
 
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
-        super().__init__()
-        self.matcher = matcher or LaneMatcher()
-        self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
+        super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma)
 
     @staticmethod
     def encode_targets(per_image: list[dict], input_size: tuple[int, int], num_points: int, device) -> list[dict]:
@@ -81,38 +78,21 @@ class LaneCriterion(nn.Module):
             })
         return encoded
 
-    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
-        logits = outputs["lanes.logits"]
-        valid = targets["lanes"]["valid"].to(logits.device)
-        zero = zero_touching(outputs, "lanes")
-        if not bool(valid.any()):
-            return {name: zero for name in LOSS_NAMES}
-        per_image = [t for t, v in zip(targets["lanes"]["per_image"], valid.tolist()) if v]
-        encoded = self.encode_targets(per_image, targets["lanes"]["input_size"], outputs["lanes.points"].shape[-1],
-                                      logits.device)
-        num_lanes = max(sum(len(t["labels"]) for t in encoded), 1)
-        totals = {name: zero for name in LOSS_NAMES}
-        for prefix in output_prefixes(outputs, "lanes"):
-            for name, value in self._losses(outputs_of(outputs, prefix, valid), encoded, num_lanes).items():
-                totals[name] = totals[name] + value
-        return totals
+    def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
+        return self.encode_targets(per_image, input_size, outputs["lanes.points"].shape[-1], device)
 
-    def _losses(self, pred: dict[str, torch.Tensor], targets: list[dict], num_lanes: int) -> dict[str, torch.Tensor]:
+    def prefix_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                      num_targets: int) -> dict[str, torch.Tensor]:
         matches = self.matcher(pred["logits"], pred["points"], targets)
-        batch_index = torch.cat([torch.full_like(q, i) for i, (q, _) in enumerate(matches)])
-        query_index = torch.cat([q for q, _ in matches])
-        matched = {k: torch.cat([t[k][j] for t, (_, j) in zip(targets, matches)]) for k in targets[0]}
-
-        target_classes = torch.zeros_like(pred["logits"])
-        target_classes[batch_index, query_index, matched["labels"]] = 1.0
-        losses = {"lane_cls": sigmoid_focal_loss(pred["logits"], target_classes, self.focal_alpha, self.focal_gamma,
-                                                 reduction="sum") / num_lanes}
+        batch_index, query_index, matched = gather_matched(matches, targets)
+        losses = {"lane_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
+                                              num_targets)}
         visible = matched["visible"].float()  # (K, P)
         distance = (pred["points"][batch_index, query_index] - matched["points"]).abs()
         per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
-        losses["lane_points"] = per_lane.sum() / num_lanes
+        losses["lane_points"] = per_lane.sum() / num_targets
         if "visibility" in pred:  # encoder proposals carry only classes and points
             visibility_logits = pred["visibility"][batch_index, query_index]
             losses["lane_visibility"] = F.binary_cross_entropy_with_logits(
-                visibility_logits, visible, reduction="none").mean(-1).sum() / num_lanes
+                visibility_logits, visible, reduction="none").mean(-1).sum() / num_targets
         return losses

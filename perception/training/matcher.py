@@ -8,6 +8,14 @@ from torch import nn
 from torchvision.ops import box_convert, generalized_box_iou
 
 
+def focal_class_cost(probability: torch.Tensor, labels: torch.Tensor, alpha: float, gamma: float) -> torch.Tensor:
+    """probability [N,C] (sigmoid), labels [M] -> cost [N,M]: focal loss of calling the query that
+    label minus the focal loss of calling it nothing (Deformable-DETR's class cost)."""
+    negative = (1 - alpha) * probability ** gamma * -(1 - probability + 1e-8).log()
+    positive = alpha * (1 - probability) ** gamma * -(probability + 1e-8).log()
+    return positive[:, labels] - negative[:, labels]
+
+
 class HungarianMatcher(nn.Module):
     """Cost = focal-style class cost + L1 on cxcywh + (1 - GIoU), as in DETR / Deformable-DETR."""
 
@@ -33,9 +41,7 @@ class HungarianMatcher(nn.Module):
         out_boxes = boxes.flatten(0, 1).float()
         labels = torch.cat([t["labels"] for t in targets])
         target_boxes = torch.cat([t["boxes"] for t in targets]).float()
-        negative = (1 - self.alpha) * probability ** self.gamma * -(1 - probability + 1e-8).log()
-        positive = self.alpha * (1 - probability) ** self.gamma * -(probability + 1e-8).log()
-        cost_class = positive[:, labels] - negative[:, labels]
+        cost_class = focal_class_cost(probability, labels, self.alpha, self.gamma)
         cost_bbox = torch.cdist(out_boxes, target_boxes, p=1)
         cost_giou = -generalized_box_iou(box_convert(out_boxes, "cxcywh", "xyxy"),
                                          box_convert(target_boxes, "cxcywh", "xyxy"))

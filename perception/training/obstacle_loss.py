@@ -38,17 +38,17 @@ class ObstacleCriterion(BoxSetCriterion):
             })
         return [{k: v.to(device) for k, v in e.items()} for e in encoded]
 
-    def extra_losses(self, pred, matched, batch_index, query_index, num_boxes) -> dict[str, torch.Tensor]:
+    def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         if "center" not in pred:  # encoder proposals carry only classes and boxes
             return {}
         losses = {}
         for name in ("center", "depth", "size", "yaw", "velocity"):
             value = pred[name][batch_index, query_index]
-            losses[f"obstacle_{name}"] = F.l1_loss(value, matched[name], reduction="sum") / num_boxes
+            losses[f"obstacle_{name}"] = F.l1_loss(value, matched[name], reduction="sum") / num_targets
         attribute = matched["attribute"]
         has_attribute = attribute != NO_ATTRIBUTE
         if bool(has_attribute.any()):
             attribute_logits = pred["attribute"][batch_index, query_index][has_attribute]
             losses["obstacle_attribute"] = F.cross_entropy(attribute_logits, attribute[has_attribute],
-                                                           reduction="sum") / num_boxes
+                                                           reduction="sum") / num_targets
         return losses
