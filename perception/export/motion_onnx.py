@@ -7,16 +7,14 @@ Inputs and outputs are float32 (masks as 1.0 / 0.0), so TensorRT needs no bool o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
 
 import numpy as np
 import torch
 from torch import nn
 
-import perception
+from perception.export.provenance import provenance, set_metadata
 from perception.models.trajectory_transformer import TrajectoryTransformer
 
 INPUT_NAMES = ("history", "history_valid", "lanes", "lanes_valid")
@@ -47,15 +45,6 @@ def example_inputs(model: TrajectoryTransformer, batch: int, max_lanes: int, see
     lanes[..., 2:] = torch.nn.functional.normalize(lanes[..., 2:], dim=-1)
     lanes_valid = (torch.rand(batch, max_lanes, generator=g) > 0.3).float()
     return history, history_valid, lanes, lanes_valid
-
-
-def _git_commit() -> str:
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def export_forecaster(model: TrajectoryTransformer, path: str, max_lanes: int, batch: int | None = None,
@@ -105,14 +94,10 @@ def export_forecaster(model: TrajectoryTransformer, path: str, max_lanes: int, b
             "probabilities": {"shape": [agents, model.num_modes], "meaning": "mode probabilities (softmax)"},
         },
         "opset": opset,
-        "package_version": perception.__version__,
-        "git_commit": _git_commit(),
-        "config_sha256": hashlib.sha256(config_text.encode()).hexdigest() if config_text else None,
+        **provenance(config_text),
         "parity": parity,
     }
-    for key in ("package_version", "git_commit", "config_sha256"):
-        entry = onnx_model.metadata_props.add()
-        entry.key, entry.value = key, str(sidecar[key])
+    set_metadata(onnx_model, {k: sidecar[k] for k in ("package_version", "git_commit", "config_sha256")})
     onnx.save(onnx_model, path)
     with open(os.path.splitext(path)[0] + ".json", "w") as f:
         json.dump(sidecar, f, indent=1)

@@ -76,7 +76,9 @@ class TokenMemory(nn.Module):
 
 def select_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Indices [B,k] of the highest-scoring tokens; ``scores`` [B,N,C] are class logits."""
-    return scores.max(dim=-1).values.topk(min(k, scores.shape[1]), dim=1).indices
+    # int(): the token count is fixed by the input size, so an exported graph gets a constant K
+    # (TensorRT needs TopK's K as an initializer) even with a dynamic batch axis.
+    return scores.max(dim=-1).values.topk(min(k, int(scores.shape[1])), dim=1).indices
 
 
 def gather_tokens(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,54 @@
+"""An exported model behind the PyTorch model's interface: images [B,3,H,W] -> {"<task>.<output>": tensor}."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+
+class OnnxPredictor:
+    """ONNX Runtime session of an exported camera model.
+
+    A fixed-batch graph (the TensorRT deployment form) still takes any number of images: they
+    run in chunks of its batch, the last chunk padded with zeros and the padding dropped.
+    """
+
+    def __init__(self, path: str, threads: int | None = None, providers: list[str] | None = None):
+        import onnxruntime as ort
+
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"ONNX model {path} does not exist; write it with tools/export_onnx.py")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+        (model_input,) = self.session.get_inputs()
+        self.input_name = model_input.name
+        batch, channels, height, width = model_input.shape
+        self.batch = batch if isinstance(batch, int) else None  # None: dynamic batch axis
+        self.input_size = (int(height), int(width))
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        sidecar_path = os.path.splitext(path)[0] + ".json"
+        self.sidecar = None
+        if os.path.isfile(sidecar_path):
+            with open(sidecar_path) as f:
+                self.sidecar = json.load(f)
+
+    def __call__(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        if tuple(images.shape[-2:]) != self.input_size:
+            raise ValueError(f"images are {tuple(images.shape[-2:])} (H, W) but the ONNX model takes "
+                             f"{self.input_size}; preprocess with the config the model was exported from")
+        array = images.detach().float().cpu().numpy()
+        step = self.batch or len(array)
+        parts: list[list[np.ndarray]] = []
+        for start in range(0, len(array), step):
+            chunk = array[start:start + step]
+            count = len(chunk)
+            if self.batch and count < self.batch:
+                chunk = np.concatenate([chunk, np.zeros((self.batch - count, *chunk.shape[1:]), chunk.dtype)])
+            parts.append([o[:count] for o in self.session.run(self.output_names, {self.input_name: chunk})])
+        return {name: torch.from_numpy(np.concatenate([p[i] for p in parts])) for i, name in
+                enumerate(self.output_names)}
