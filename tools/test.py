@@ -16,6 +16,11 @@ image and rank 0 writes the JSON and metrics:
 
     torchrun --standalone --nproc_per_node=8 tools/test.py CONFIG CKPT --work-dir DIR
 
+An exported camera model is evaluated with ONNX Runtime through the same pre- and post-processing
+(its metrics match the PyTorch model's; tests/test_camera_export.py checks it):
+
+    python tools/test.py configs/demo_synthetic.py --onnx work_dirs/demo/model.onnx --work-dir work_dirs/demo_onnx
+
 Motion configs (``task = "motion"``) forecast the split's prediction-challenge agents and write
 ``motion/minADE_5``, ``motion/minFDE_5``, ``motion/MissRate_2_5`` (also k = 1, 10) from the devkit's
 prediction metrics, beside the devkit's constant-velocity baseline as ``motion_cv/*``.
@@ -36,7 +41,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config")
-    parser.add_argument("checkpoint")
+    parser.add_argument("checkpoint", nargs="?", help="training checkpoint (not needed with --onnx)")
+    parser.add_argument("--onnx", help="evaluate this exported camera model with ONNX Runtime instead")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
     parser.add_argument("--work-dir", help="where metrics.json goes (default: work_dirs/<config name>)")
     parser.add_argument("--split", help="split to evaluate (default: the config's val_split)")
     parser.add_argument("--batch-size", type=int)
@@ -59,9 +66,17 @@ def main(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or os.path.join("work_dirs", os.path.splitext(os.path.basename(args.config))[0])
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
-        run = evaluate_motion if isinstance(cfg, MotionExperimentConfig) else evaluate
-        metrics = run(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
-                           format_only=args.format_only, results_path=args.out)
+        if (args.checkpoint is None) == (args.onnx is None):
+            raise ConfigError("give either a checkpoint or --onnx MODEL (exactly one)")
+        if isinstance(cfg, MotionExperimentConfig):
+            if args.onnx:
+                raise ConfigError("--onnx evaluates camera models; evaluate the forecaster from its checkpoint")
+            metrics = evaluate_motion(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
+                                      format_only=args.format_only, results_path=args.out)
+        else:
+            predictor = _onnx_predictor(args.onnx, cfg, args.threads) if args.onnx else None
+            metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
+                               format_only=args.format_only, results_path=args.out, predictor=predictor)
     except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
             ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -71,6 +86,17 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(metrics))
         print(f"metrics written to {path}")
     return 0
+
+
+def _onnx_predictor(path: str, cfg, threads: int | None):
+    from perception.config import ConfigError
+    from perception.inference.predictors import OnnxPredictor
+
+    predictor = OnnxPredictor(path, threads=threads)
+    if predictor.input_size != tuple(cfg.input_size):
+        raise ConfigError(f"{path} takes {predictor.input_size} (H, W) images but the config's input_size is "
+                          f"{tuple(cfg.input_size)}; evaluate with the config the model was exported from")
+    return predictor
 
 
 def _rank() -> int:
