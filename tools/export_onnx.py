@@ -87,7 +87,8 @@ def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:
     worst = max(checks["parity"]["outputs"].items(), key=lambda kv: kv[1]["max_abs_diff"])
     print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB, {checks['structure']['nodes']} nodes, "
           f"input {sidecar['input']['shape']}) and its sidecar; every deployment check passed")
-    print(f"  ONNX Runtime vs PyTorch on {checks['parity']['inputs']}: largest max|diff| {worst[1]['max_abs_diff']:.2e} "
+    print(f"  ONNX Runtime vs PyTorch on {checks['parity']['inputs']}: "
+          f"largest max|diff| {worst[1]['max_abs_diff']:.2e} "
           f"({worst[0]}; tolerance {checks['parity']['atol']:g} + {checks['parity']['rtol']:g} x max|output|)")
     fp16 = checks["fp16"]
     print(f"  FP16 risk: largest |activation| {fp16['max_abs']:.3g} over {fp16['inputs']} images "

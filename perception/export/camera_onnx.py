@@ -21,8 +21,13 @@ import torch
 from torch import nn
 
 from perception.export.camera_sidecar import INPUT_NAME, PREPROCESSING, build_sidecar
-from perception.export.graph_checks import (ExportCheckError, check_structure, fp16_risk_report, output_differences,
-                                            parity_problems)
+from perception.export.graph_checks import (
+    ExportCheckError,
+    check_structure,
+    fp16_risk_report,
+    output_differences,
+    parity_problems,
+)
 from perception.export.provenance import provenance, set_metadata
 
 # ONNX Runtime vs PyTorch (both fp32, CPU): a difference above atol + rtol * max|output| fails.

@@ -111,7 +111,8 @@ def fp16_risk_report(path: str, feeds: list[dict[str, np.ndarray]], flag_abs: fl
     candidates = []  # (name, bytes)
     for name, node in producer.items():
         info = infos.get(name)
-        if node.op_type == "Constant" or node.op_type in DATA_MOVEMENT_OPS or info is None or info.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        skipped = node.op_type == "Constant" or node.op_type in DATA_MOVEMENT_OPS
+        if skipped or info is None or info.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
             continue
         dims = _dims(info)
         size = int(np.prod([d if isinstance(d, int) and d > 0 else 1 for d in dims])) * 4

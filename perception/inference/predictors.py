@@ -52,3 +52,20 @@ class OnnxPredictor:
             parts.append([o[:count] for o in self.session.run(self.output_names, {self.input_name: chunk})])
         return {name: torch.from_numpy(np.concatenate([p[i] for p in parts])) for i, name in
                 enumerate(self.output_names)}
+
+
+class TorchPredictor:
+    """A trained checkpoint in eval mode behind the same interface as OnnxPredictor."""
+
+    def __init__(self, cfg, checkpoint: str):
+        from perception.build import build_model
+        from perception.evaluation.checkpoint import load_model_weights
+
+        self.model = build_model(cfg.model, tuple(cfg.input_size))
+        load_model_weights(self.model, checkpoint)
+        self.model.eval()
+        self.input_size = tuple(cfg.input_size)
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.model(images)

@@ -1,0 +1,135 @@
+"""Drawing predictions: drivable overlay, lanes, traffic lights with state, projected 3D boxes, a BEV panel.
+
+All drawing is OpenCV on uint8 RGB images, in original-image pixels; line widths scale with the
+image so 1600x900 and 480x270 frames read alike.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from perception.data.nuscenes_constants import DETECTION_CLASSES
+from perception.geometry import box_corners, project_points
+from perception.inference.pipeline import FramePrediction
+from perception.models.heads.lights import LIGHT_STATES
+from perception.postprocess.obstacles import CameraBoxes
+
+DRIVABLE_RGB = (0, 200, 90)
+LANE_RGB = {0: (255, 255, 255), 1: (255, 200, 0)}  # lane_divider white, road_divider yellow
+LIGHT_RGB = {"red": (255, 40, 40), "yellow": (255, 210, 0), "green": (40, 230, 80), "off": (160, 160, 160)}
+CLASS_RGB = {name: tuple(int(c) for c in cv2.cvtColor(np.uint8([[[int(180 * i / len(DETECTION_CLASSES)), 220, 255]]]),
+                                                      cv2.COLOR_HSV2RGB)[0, 0])
+             for i, name in enumerate(DETECTION_CLASSES)}
+# Box edges by corner index (box_corners: 0-3 front face, 4-7 back, 0,1,4,5 top).
+BOX_EDGES = [(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def _thickness(image: np.ndarray) -> int:
+    return max(1, round(image.shape[1] / 500))
+
+
+def camera_rotation(yaw_cam: float) -> np.ndarray:
+    """[3,3] box frame (x forward along the heading, y left, z up) -> camera frame (x right, y down, z forward)."""
+    s, c = np.sin(yaw_cam), np.cos(yaw_cam)
+    return np.array([[s, -c, 0.0], [0.0, 0.0, -1.0], [c, s, 0.0]])
+
+
+def draw_drivable(image: np.ndarray, mask: np.ndarray, alpha: float = 0.4) -> None:
+    region = mask.astype(bool)
+    image[region] = ((1 - alpha) * image[region] + alpha * np.array(DRIVABLE_RGB)).astype(np.uint8)
+
+
+def draw_lanes(image: np.ndarray, lanes) -> None:
+    for polyline, label in zip(lanes.polylines, lanes.labels):
+        points = np.round(polyline).astype(np.int32).reshape(-1, 1, 2)
+        cv2.polylines(image, [points], False, LANE_RGB.get(int(label), (255, 255, 255)), 2 * _thickness(image),
+                      cv2.LINE_AA)
+
+
+def draw_lights(image: np.ndarray, lights: dict, min_score: float) -> None:
+    t = _thickness(image)
+    for box, label, score in zip(lights["boxes_xyxy"], lights["labels"], lights["scores"]):
+        if score < min_score:
+            continue
+        state = LIGHT_STATES[int(label)]
+        x0, y0, x1, y1 = np.round(box).astype(int)
+        cv2.rectangle(image, (x0, y0), (x1, y1), LIGHT_RGB[state], t)
+        cv2.putText(image, f"{state} {score:.2f}", (x0, max(y0 - 4, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.35 * t,
+                    LIGHT_RGB[state], max(1, t // 2), cv2.LINE_AA)
+
+
+def draw_boxes_3d(image: np.ndarray, boxes: CameraBoxes, intrinsics: np.ndarray, min_score: float) -> None:
+    """Project each box's 8 corners with the camera's intrinsics (original pixels); boxes behind the camera skipped."""
+    t = _thickness(image)
+    for i in np.flatnonzero(boxes.scores >= min_score):
+        corners = box_corners(boxes.center_cam[i], boxes.size_wlh[i], camera_rotation(boxes.yaw_cam[i]))
+        uv, depth = project_points(corners, intrinsics)
+        if (depth <= 0.1).any():
+            continue
+        name = DETECTION_CLASSES[int(boxes.labels[i])]
+        points = np.round(uv).astype(int)
+        for a, b in BOX_EDGES:
+            cv2.line(image, tuple(points[a]), tuple(points[b]), CLASS_RGB[name], t, cv2.LINE_AA)
+        top = points[:, 1].min()
+        cv2.putText(image, f"{name} {boxes.scores[i]:.2f}", (int(points[:, 0].min()), max(int(top) - 4, 10)),
+                    cv2.FONT_HERSHEY_SIMPLEX, 0.35 * t, CLASS_RGB[name], max(1, t // 2), cv2.LINE_AA)
+
+
+def bev_panel(boxes_xy_yaw: list[tuple[str, float, np.ndarray, float, float]], size: int,
+              range_m: float = 60.0, surround: bool = False) -> np.ndarray:
+    """Top-down view, forward up, ego at the bottom centre (``surround``: at the centre): [size,size,3] uint8.
+
+    ``boxes_xy_yaw``: (class name, score, centre (right, forward) m, heading angle from forward
+    towards right (rad), (width, length)) per box.
+    """
+    panel = np.full((size, size, 3), 30, np.uint8)
+    scale = size / (range_m * (2.2 if surround else 1.1))
+    origin = np.array([size / 2.0, size / 2.0 if surround else size * 0.95])
+
+    def to_px(xy: np.ndarray) -> np.ndarray:
+        return origin + np.stack([xy[..., 0], -xy[..., 1]], -1) * scale
+
+    for radius in range(10, int(range_m) + 1, 10):
+        cv2.circle(panel, tuple(np.round(origin).astype(int)), int(radius * scale), (70, 70, 70), 1, cv2.LINE_AA)
+        cv2.putText(panel, f"{radius} m", tuple(np.round(origin + [4, -radius * scale - 2]).astype(int)),
+                    cv2.FONT_HERSHEY_SIMPLEX, 0.35, (120, 120, 120), 1, cv2.LINE_AA)
+    ego = to_px(np.array([[-0.9, -2.0], [0.9, -2.0], [0.9, 2.0], [-0.9, 2.0]]))
+    cv2.fillPoly(panel, [np.round(ego).astype(np.int32)], (230, 230, 230))
+    for name, _score, centre, heading, (width, length) in boxes_xy_yaw:
+        forward = np.array([np.sin(heading), np.cos(heading)])
+        right = np.array([forward[1], -forward[0]])
+        corners = centre + np.array([f * length / 2 * forward + r * width / 2 * right
+                                     for f, r in ((1, 1), (1, -1), (-1, -1), (-1, 1))])
+        pixels = np.round(to_px(corners)).astype(np.int32)
+        cv2.polylines(panel, [pixels], True, CLASS_RGB[name], 2, cv2.LINE_AA)
+        cv2.line(panel, tuple(np.round(to_px(centre)).astype(int)),
+                 tuple(np.round(to_px(centre + forward * length / 2)).astype(int)), CLASS_RGB[name], 2, cv2.LINE_AA)
+    cv2.putText(panel, "BEV (m), forward up", (8, 18), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (200, 200, 200), 1,
+                cv2.LINE_AA)
+    return panel
+
+
+def camera_bev_entries(boxes: CameraBoxes, min_score: float) -> list:
+    """Camera-frame boxes as BEV entries: right = x, forward = z, heading = yaw_cam."""
+    keep = np.flatnonzero(boxes.scores >= min_score)
+    return [(DETECTION_CLASSES[int(boxes.labels[i])], float(boxes.scores[i]), boxes.center_cam[i, [0, 2]],
+             float(boxes.yaw_cam[i]), boxes.size_wlh[i, :2]) for i in keep]
+
+
+def annotate(image_rgb: np.ndarray, prediction: FramePrediction, intrinsics: np.ndarray, min_score: float = 0.3,
+             with_bev: bool = True) -> np.ndarray:
+    """The image with every task drawn, and (with_bev) a square BEV panel of its obstacles on the right."""
+    canvas = image_rgb.copy()
+    if prediction.drivable is not None:
+        draw_drivable(canvas, prediction.drivable)
+    if prediction.lanes is not None:
+        draw_lanes(canvas, prediction.lanes)
+    if prediction.obstacles is not None:
+        draw_boxes_3d(canvas, prediction.obstacles, intrinsics, min_score)
+    if prediction.lights is not None:
+        draw_lights(canvas, prediction.lights, min_score)
+    if not with_bev:
+        return canvas
+    entries = camera_bev_entries(prediction.obstacles, min_score) if prediction.obstacles is not None else []
+    return np.concatenate([canvas, bev_panel(entries, canvas.shape[0])], axis=1)
