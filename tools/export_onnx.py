@@ -79,10 +79,13 @@ def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:
         load_model_weights(model, args.checkpoint)
     batch = None if args.dynamic_batch else (args.batch or 6)
     count = max(batch or 1, 6)
-    images = (folder_inputs(args.images, tuple(cfg.input_size), count) if args.images
-              else validation_inputs(cfg, count))
+    if args.images:
+        images, source = folder_inputs(args.images, tuple(cfg.input_size), count), f"images of {args.images}"
+    else:
+        images, source = validation_inputs(cfg, count), f"validation images of {cfg.data_root}"
     sidecar = export_camera_model(model, tuple(cfg.input_size), args.out, batch=batch, opset=args.opset,
-                                  config_text=config_text, postprocess=asdict(cfg.postprocess), check_images=images)
+                                  config_text=config_text, postprocess=asdict(cfg.postprocess), check_images=images,
+                                  check_images_source=source)
     checks = sidecar["checks"]
     worst = max(checks["parity"]["outputs"].items(), key=lambda kv: kv[1]["max_abs_diff"])
     print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB, {checks['structure']['nodes']} nodes, "

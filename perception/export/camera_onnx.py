@@ -130,7 +130,8 @@ def _declare_output_shapes(onnx_model, shapes: dict[str, list[int]]) -> None:
 
 def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str, batch: int | None = 6,
                         opset: int = 17, config_text: str = "", postprocess: dict | None = None,
-                        check_images: torch.Tensor | None = None, fp16_images: int = 6) -> dict:
+                        check_images: torch.Tensor | None = None, check_images_source: str = "validation images",
+                        fp16_images: int = 6) -> dict:
     """Write ``path`` and ``<path stem>.json``; return the sidecar. ``batch=None``: dynamic batch axis.
 
     ``check_images`` [N,3,H,W] (normalised, e.g. from the validation split) drive the parity
@@ -175,7 +176,7 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
     problems = list(structure["problems"])
 
     # Parity on inputs the graph was not traced with (and another batch size when it is dynamic).
-    source = "validation images" if check_images is not None else "synthetic road-like images (seed 1)"
+    source = check_images_source if check_images is not None else "synthetic road-like images (seed 1)"
     if check_images is None:
         check_images = synthetic_camera_images(max(batch or 3, fp16_images), input_size, seed=1)
     check_batch = batch or 3

@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+"""PyTorch eager vs ONNX Runtime for the exported camera network, with the FLOP/s both reach.
+
+    python bench/deployment_latency.py                                   # deployment Swin, 6 cameras
+    python bench/deployment_latency.py --config configs/swin_t_nuscenes_bdd100k.py --batch 6
+    python bench/deployment_latency.py --batch 1 --threads 2             # the YOLOP comparison setting
+
+In one run: an fp32 2048^3 matmul probe (this machine's practical FLOP/s), the network's GFLOPs
+(2 x MAC), eager and ONNX Runtime latency p50 / p90 after warm-up (runs interleaved so drift hits
+both alike), the ratio ONNX Runtime / eager (target <= 0.8), the achieved GFLOP/s of each as a
+fraction of the probe, ONNX Runtime's time per operator type (what holds it back), and the peak
+resident memory of the export (tools/export_onnx.py with all its checks) and of inference in each
+runtime, each measured in its own process. Random weights unless --checkpoint is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "swin_deploy_nuscenes_bdd100k.py")
+
+
+def _percentiles(times: list[float]) -> tuple[float, float]:
+    import numpy as np
+
+    return float(np.percentile(times, 50)), float(np.percentile(times, 90))
+
+
+def matmul_probe_gflops(runs: int = 10) -> float:
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 2048**3 / _percentiles(times)[0] / 1e9
+
+
+def _build(config: str, checkpoint: str):
+    from perception.build import build_model
+    from perception.config import load_config, parse_config
+    from perception.evaluation.checkpoint import load_model_weights
+
+    cfg = parse_config(load_config(config))
+    model = build_model(cfg.model, tuple(cfg.input_size)).eval()
+    if checkpoint != "none":
+        load_model_weights(model, checkpoint)
+    return cfg, model
+
+
+def _session(path: str, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return options, ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def child_main(args) -> int:
+    """One measured job in a fresh process; prints {"peak_rss_mb": ...}."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.child == "export":
+        subprocess_args = [args.config, args.checkpoint, "--out", args.model, "--batch", str(args.batch)]
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        import export_onnx
+
+        code = export_onnx.main(export_onnx.get_args_parser().parse_args(subprocess_args))
+        if code != 0:
+            return code
+    elif args.child == "eager":
+        cfg, model = _build(args.config, args.checkpoint)
+        images = torch.randn(args.batch, 3, *cfg.input_size)
+        with torch.no_grad():
+            for _ in range(3):
+                model(images)
+    else:
+        import numpy as np
+
+        _, session = _session(args.model, args.threads)
+        shape = session.get_inputs()[0].shape
+        for _ in range(3):
+            session.run(None, {"images": np.random.randn(*shape).astype(np.float32)})
+    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    return 0
+
+
+def _child(args, job: str, model_path: str) -> float:
+    command = [sys.executable, os.path.abspath(__file__), "--child", job, "--config", args.config, "--checkpoint",
+               args.checkpoint, "--batch", str(args.batch), "--threads", str(args.threads), "--model", model_path]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{job} job failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+
+
+def _operator_profile(path: str, feed: dict, threads: int, runs: int = 3) -> list[tuple[str, float]]:
+    """Share of ONNX Runtime kernel time per operator type."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        session.run(None, feed)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    totals: collections.Counter = collections.Counter()
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            totals[event["args"]["op_name"]] += event["dur"]
+    whole = sum(totals.values()) or 1
+    return [(op, t / whole) for op, t in totals.most_common()]
+
+
+def main(args) -> int:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.set_num_threads(args.threads)
+    probe = matmul_probe_gflops()
+    cfg, model = _build(args.config, args.checkpoint)
+    height, width = cfg.input_size
+    images = torch.randn(args.batch, 3, height, width)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(images)
+    gflops = counter.get_total_flops() / 1e9
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        start = time.perf_counter()
+        export_peak = _child(args, "export", path)
+        export_seconds = time.perf_counter() - start
+        eager_peak = _child(args, "eager", path)
+        onnx_peak = _child(args, "onnx", path)
+
+        _, session = _session(path, args.threads)
+        feed = {"images": images.numpy()}
+        eager_times, onnx_times = [], []
+        with torch.no_grad():
+            for _ in range(args.warmup):
+                model(images)
+                session.run(None, feed)
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                model(images)
+                eager_times.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                session.run(None, feed)
+                onnx_times.append(time.perf_counter() - start)
+        profile = _operator_profile(path, feed, args.threads)
+
+    eager_p50, eager_p90 = _percentiles(eager_times)
+    onnx_p50, onnx_p90 = _percentiles(onnx_times)
+    print(f"{os.path.relpath(args.config, ROOT)}  input {height}x{width}  batch {args.batch}  threads {args.threads}  "
+          f"runs {args.runs} (after {args.warmup} warm-up)")
+    print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s")
+    print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image)")
+    print(f"{'runtime':<16}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}")
+    for name, p50, p90, peak in (("PyTorch eager", eager_p50, eager_p90, eager_peak),
+                                 ("ONNX Runtime", onnx_p50, onnx_p90, onnx_peak)):
+        print(f"{name:<16}{p50 * 1e3:>10.1f}{p90 * 1e3:>10.1f}{gflops / p50:>10.1f}{gflops / p50 / probe:>10.2f}"
+              f"{peak:>13.0f}")
+    print(f"ONNX Runtime / eager latency (p50): {onnx_p50 / eager_p50:.2f} (target <= 0.8)")
+    print(f"export (tools/export_onnx.py incl. checks): {export_seconds:.1f} s, peak RSS {export_peak:.0f} MB")
+    print("ONNX Runtime kernel time by operator: " + ", ".join(f"{op} {share:.0%}" for op, share in profile[:10]))
+    matmul_share = sum(share for op, share in profile if "MatMul" in op or "Gemm" in op or op == "Conv")
+    print(f"  matmul / gemm / conv kernels: {matmul_share:.0%} of the time; the rest is memory-bound "
+          "(transposes of window partitioning, GELU, softmax, layer norm, adds)")
+    return 0
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=DEFAULT_CONFIG)
+    parser.add_argument("--checkpoint", default="none")
+    parser.add_argument("--batch", type=int, default=6, help="images per call (6 = one nuScenes sample)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--child", choices=["export", "eager", "onnx"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    return parser
+
+
+if __name__ == "__main__":
+    parsed = get_args_parser().parse_args()
+    sys.exit(child_main(parsed) if parsed.child else main(parsed))
