@@ -1,5 +1,6 @@
 """The tiny model learns: it overfits a few synthetic images to a high drivable IoU, and with all four
-heads to clearly non-trivial obstacle mAP, light AP50 and lane F1."""
+heads to clearly non-trivial obstacle mAP, light AP50 and lane F1. The trained models are then
+exported to ONNX and evaluated with ONNX Runtime: the metrics match the PyTorch model's."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ def test_tiny_model_overfits_lanes_and_lights(small_dataset, bdd_dataset, tmp_pa
         assert trained[key] >= floor, f"{key} after overfitting {trained[key]:.3f} < {floor}"
     for key in ("lights/AP50", "lanes/F1_bdd100k"):
         assert untrained[key] < 0.05, f"untrained {key} {untrained[key]}: the metric cannot tell learning apart"
+    exported = _evaluate_exported(system.model, cfg, tmp_path)
+    for key in LANE_LIGHT_FLOORS:
+        assert exported[key] == pytest.approx(trained[key], abs=0.005), f"{key}: ONNX Runtime vs PyTorch"
 
 
 OBSTACLE_MODEL = dict(
@@ -125,3 +129,17 @@ def test_tiny_model_overfits_obstacles_to_a_nontrivial_nuscenes_map(small_datase
     assert untrained["nuscenes/mAP"] < 0.02
     assert trained["nuscenes/mAP"] >= OBSTACLE_MAP_FLOOR, (
         f"nuScenes mAP after overfitting {trained['nuscenes/mAP']:.3f} (untrained {untrained['nuscenes/mAP']:.3f})")
+    exported = _evaluate_exported(system.model, cfg, tmp_path)
+    for key in ("nuscenes/mAP", "nuscenes/NDS", "nuscenes/mATE"):
+        assert exported[key] == pytest.approx(trained[key], abs=0.005), f"{key}: ONNX Runtime vs PyTorch"
+
+
+def _evaluate_exported(model, cfg, tmp_path) -> dict:
+    """Export the trained model (fixed batch 4, all checks) and evaluate it with ONNX Runtime."""
+    from perception.evaluation.evaluate import evaluate
+    from perception.export.camera_onnx import export_camera_model
+    from perception.inference.predictors import OnnxPredictor
+
+    path = str(tmp_path / "trained.onnx")
+    export_camera_model(model, tuple(cfg.input_size), path, batch=4, fp16_images=4)
+    return evaluate(cfg, None, str(tmp_path / "onnx"), predictor=OnnxPredictor(path), num_workers=0)
