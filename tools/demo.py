@@ -38,7 +38,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     source.add_argument("--nuscenes-sample", help="sample token of the config's nuScenes dataset")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--intrinsics", help="fx,fy,cx,cy of the folder images / video in original pixels")
-    parser.add_argument("--min-score", type=float, default=0.3, help="draw obstacles and lights above this score")
+    parser.add_argument("--min-score", type=float, default=0.3,
+                        help="draw obstacles and lights above this score (lanes: --cfg-options "
+                        "postprocess.lane_score_threshold=...)")
     parser.add_argument("--max-frames", type=int, default=None, help="stop a video after this many frames")
     parser.add_argument("--batch", type=int, default=6, help="images per network call")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
@@ -70,6 +72,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _perceiver(cfg, args):
+    from dataclasses import replace
+
     from perception.config import ConfigError
     from perception.inference.pipeline import Perceiver
     from perception.inference.predictors import OnnxPredictor, TorchPredictor
@@ -78,7 +82,11 @@ def _perceiver(cfg, args):
     if predictor.input_size != tuple(cfg.input_size):
         raise ConfigError(f"{args.onnx} takes {predictor.input_size} (H, W) inputs but the config's input_size is "
                           f"{tuple(cfg.input_size)}; use the config it was exported from")
-    return Perceiver(predictor, tuple(cfg.input_size), cfg.postprocess)
+    # Decode down to the drawing threshold (the config's thresholds are the evaluation's operating points).
+    thresholds = cfg.postprocess
+    post = replace(thresholds, obstacle_score_threshold=min(thresholds.obstacle_score_threshold, args.min_score),
+                   light_score_threshold=min(thresholds.light_score_threshold, args.min_score))
+    return Perceiver(predictor, tuple(cfg.input_size), post)
 
 
 def _intrinsics(args, width: int, height: int):
