@@ -48,7 +48,9 @@ def _wake_zero_layers(model: nn.Module) -> None:
 @pytest.fixture(scope="module")
 def four_task_model():
     torch.manual_seed(0)
-    cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, heads=ALL_HEADS),
+    # drop_path_rate > 0 as in the real configs: timm's DropPath once traced into a graph 2e-3 off PyTorch.
+    backbone = dict(TINY_MODEL["backbone"], drop_path_rate=0.2)
+    cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, backbone=backbone, heads=ALL_HEADS),
                                        bdd100k=dict(data_root="unused")))
     model = build_model(cfg.model, INPUT_SIZE)
     _wake_zero_layers(model)
@@ -206,3 +208,19 @@ def test_export_tool_names_a_missing_image_folder(tmp_path, capsys):
                                                      str(tmp_path / "missing")])
     assert export_onnx.main(args) == 2
     assert f"image folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
+
+
+def test_deployment_config_costs_no_more_than_yolop():
+    """configs/swin_deploy_nuscenes_bdd100k.py: all four heads at 384x640 within YOLOP's 18.5 GFLOPs (2 x MAC)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from perception.config import load_config
+
+    cfg = parse_config(load_config(os.path.join(REPO, "configs", "swin_deploy_nuscenes_bdd100k.py")))
+    assert tuple(cfg.input_size) == (384, 640)
+    model = build_model(cfg.model, tuple(cfg.input_size)).eval()
+    assert set(model.heads) == {"drivable", "obstacles", "lanes", "lights"}
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(1, 3, 384, 640))
+    gflops = counter.get_total_flops() / 1e9
+    assert 10.0 < gflops <= 18.5, gflops
