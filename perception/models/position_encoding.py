@@ -13,12 +13,15 @@ NORMALISED_SCALE = 20 * math.pi
 
 
 def sine_encoding(positions: torch.Tensor, dim: int, temperature: float = 10000.0) -> torch.Tensor:
-    """positions [...] (float) -> [..., dim]: interleaved sin/cos at geometric frequencies."""
+    """positions [...] (float) -> [..., dim] in positions' dtype: interleaved sin/cos at geometric frequencies.
+
+    Computed in float32 whatever the input (angles reach ~63 rad, too coarse in fp16), then cast back
+    so a half-precision model stays half precision."""
     if dim % 2:
         raise ValueError(f"dim must be even, got {dim}")
     frequencies = temperature ** (torch.arange(dim // 2, device=positions.device, dtype=torch.float32) * 2 / dim)
     angles = positions.float()[..., None] / frequencies
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2).to(positions.dtype)
 
 
 def sine_encoding_2d(height: int, width: int, dim: int, device=None) -> torch.Tensor:

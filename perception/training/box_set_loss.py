@@ -102,9 +102,9 @@ class BoxSetCriterion(SetCriterion):
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (xyxy input-image pixels) -> labels and normalised cxcywh boxes."""
         height, width = input_size
-        scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+        scale = torch.tensor([width, height, width, height], dtype=torch.float32, device=device)
         return [{"labels": t["labels"].long().to(device),
-                 "boxes": box_convert(t["boxes_xyxy"].float() / scale, "xyxy", "cxcywh").to(device)}
+                 "boxes": box_convert(t["boxes_xyxy"].float().to(device) / scale, "xyxy", "cxcywh")}
                 for t in per_image]
 
     def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:

@@ -66,6 +66,8 @@ class LaneCriterion(SetCriterion):
         for t in per_image:
             xs, visible, labels = [], [], []
             for polyline, label in zip(t["polylines"], t["labels"].tolist()):
+                if torch.is_tensor(polyline):  # moved to the accelerator with the batch
+                    polyline = polyline.cpu()
                 x, v = encode_lane(np.asarray(polyline), rows, width)
                 if v.sum() >= MIN_VISIBLE_ROWS:
                     xs.append(x / width)

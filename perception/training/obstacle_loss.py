@@ -21,9 +21,11 @@ class ObstacleCriterion(BoxSetCriterion):
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (input-image pixels, camera frame) -> normalised network targets."""
         height, width = input_size
-        scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+        # Lightning moves the whole batch to the accelerator: build on ``device`` and bring every target there.
+        scale = torch.tensor([width, height, width, height], dtype=torch.float32, device=device)
         encoded = []
         for t in per_image:
+            t = {k: v.to(device) if torch.is_tensor(v) else v for k, v in t.items()}
             centre_cam = t["center_cam"].float()
             fx = t["intrinsics"][0, 0].float()
             encoded.append({
@@ -36,7 +38,7 @@ class ObstacleCriterion(BoxSetCriterion):
                 "velocity": t["velocity"].float(),
                 "attribute": t["attributes"].long(),
             })
-        return [{k: v.to(device) for k, v in e.items()} for e in encoded]
+        return encoded
 
     def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         if "center" not in pred:  # encoder proposals carry only classes and boxes

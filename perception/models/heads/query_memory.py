@@ -71,7 +71,9 @@ class TokenMemory(nn.Module):
             cy, cx = torch.meshgrid(ys, xs, indexing="ij")
             size = torch.full_like(cx, 0.05 * 2.0 ** i)
             anchors.append(torch.stack([cx, cy, size, size], dim=-1).reshape(-1, 4))
-        return torch.cat(tokens, 1), torch.cat(positions, 0)[None], torch.cat(anchors, 0)[None]
+        # Positions and anchors are built in float32; cast to the tokens' dtype for fp16 / bf16 models.
+        dtype = tokens[0].dtype
+        return torch.cat(tokens, 1), torch.cat(positions, 0)[None].to(dtype), torch.cat(anchors, 0)[None].to(dtype)
 
 
 def select_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
