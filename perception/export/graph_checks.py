@@ -93,6 +93,35 @@ def parity_problems(differences: dict[str, dict], atol: float, rtol: float) -> l
             if d["max_abs_diff"] > atol + rtol * d["max_abs_reference"]]
 
 
+def query_set_agreement(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], names: list[str],
+                        atol: float, rtol: float) -> dict:
+    """Match one head's queries between runtimes as a set, per image (Hungarian on the largest scaled difference).
+
+    Query selection is a top-k over per-token scores: where two tokens' scores differ by less than
+    the runtimes' rounding (common with untrained weights), the other runtime picks them in another
+    order or, at the k-th place, another token. The decoder is permutation-equivariant, so a reorder
+    is the same result; only queries without a counterpart within tolerance are a difference.
+    Returns {"queries", "matched", "worst_scaled"} (scaled difference <= 1 is within tolerance).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    batch, queries = reference[names[0]].shape[:2]
+    matched, worst = 0, 0.0
+    for b in range(batch):
+        scaled = []
+        for name in names:
+            ref = reference[name][b].reshape(queries, -1).astype(np.float64)
+            got = actual[name][b].reshape(queries, -1).astype(np.float64)
+            tolerance = atol + rtol * float(np.abs(reference[name]).max())
+            scaled.append(np.abs(ref[:, None, :] - got[None, :, :]).max(-1) / tolerance)  # (Q, Q)
+        cost = np.max(scaled, axis=0)
+        rows, cols = linear_sum_assignment(cost)
+        pair_cost = cost[rows, cols]
+        matched += int((pair_cost <= 1.0).sum())
+        worst = max(worst, float(pair_cost.max()))
+    return {"queries": batch * queries, "matched": matched, "worst_scaled": worst}
+
+
 def fp16_risk_report(path: str, feeds: list[dict[str, np.ndarray]], flag_abs: float = FP16_FLAG_ABS,
                      chunk_bytes: float = 3.0e9, top: int = 10) -> dict:
     """Largest |activation| of every float node output over ``feeds`` (ONNX Runtime, fp32).
