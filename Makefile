@@ -12,7 +12,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo demo-data demo-motion test test-all bench lint clean
+.PHONY: install demo demo-data demo-deploy demo-motion test test-all bench lint clean
 
 install: $(STAMP)
 
@@ -39,6 +39,15 @@ demo: $(STAMP) $(DEMO_DATA)/.complete $(BDD_DATA)/.complete
 	$(PY) tools/train.py configs/demo_synthetic.py --work-dir $(DEMO_WORK)
 	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK)
 
+# After `make demo`: export the demo checkpoint (all deployment checks), evaluate the ONNX model with
+# ONNX Runtime (same metrics as PyTorch) and draw its predictions on the validation front cameras.
+demo-deploy: $(STAMP)
+	@test -f $(DEMO_WORK)/checkpoints/last.ckpt || { echo "run 'make demo' first"; exit 1; }
+	$(PY) tools/export_onnx.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --out $(DEMO_WORK)/model.onnx
+	$(PY) tools/test.py configs/demo_synthetic.py --onnx $(DEMO_WORK)/model.onnx --work-dir $(DEMO_WORK)/onnx
+	$(PY) tools/demo.py configs/demo_synthetic.py --onnx $(DEMO_WORK)/model.onnx --out $(DEMO_WORK)/drawn \
+		--images $(DEMO_DATA)/samples/CAM_FRONT --min-score 0.1
+
 # Trajectory forecasting: 16 scenes x 20 s of traffic, tables and maps only (no images, ~10 s).
 $(MOTION_DATA)/.complete: | $(STAMP)
 	$(PY) tools/make_synthetic_nuscenes.py $(MOTION_DATA) --scenes 16 --samples-per-scene 40 \
@@ -56,6 +65,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/train_step_rate.py
 	$(PY) bench/forecast_latency.py
+	$(PY) bench/deployment_latency.py --batch 1 --threads 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check perception tools tests bench
