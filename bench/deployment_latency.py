@@ -178,12 +178,15 @@ def main(args) -> int:
                 session.run(None, feed)
                 onnx_times.append(time.perf_counter() - start)
         profile = _operator_profile(path, feed, args.threads)
+    probe_after = matmul_probe_gflops()  # the machine's state drifts: probe before and after, use the mean
+    probe_before, probe = probe, (probe + probe_after) / 2
 
     eager_p50, eager_p90 = _percentiles(eager_times)
     onnx_p50, onnx_p90 = _percentiles(onnx_times)
     print(f"{os.path.relpath(args.config, ROOT)}  input {height}x{width}  batch {args.batch}  threads {args.threads}  "
           f"runs {args.runs} (after {args.warmup} warm-up)")
-    print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s")
+    print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s (before {probe_before:.1f}, after "
+          f"{probe_after:.1f})")
     print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image)")
     print(f"{'runtime':<16}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}")
     for name, p50, p90, peak in (("PyTorch eager", eager_p50, eager_p90, eager_peak),
