@@ -123,7 +123,7 @@ def query_set_agreement(reference: dict[str, np.ndarray], actual: dict[str, np.n
 
 
 def fp16_risk_report(path: str, feeds: list[dict[str, np.ndarray]], flag_abs: float = FP16_FLAG_ABS,
-                     chunk_bytes: float = 3.0e9, top: int = 10) -> dict:
+                     chunk_bytes: float = 1.0e9, top: int = 10) -> dict:
     """Largest |activation| of every float node output over ``feeds`` (ONNX Runtime, fp32).
 
     The intermediate tensors are exposed as graph outputs a chunk at a time (bounded memory).
@@ -160,6 +160,7 @@ def fp16_risk_report(path: str, feeds: list[dict[str, np.ndarray]], flag_abs: fl
     non_finite: set[str] = set()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # every node as exported
+    options.enable_cpu_mem_arena = False  # the arena would keep every chunk's peak
     for chunk in chunks:
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
