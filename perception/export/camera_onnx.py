@@ -134,6 +134,34 @@ def _declare_output_shapes(onnx_model, shapes: dict[str, list[int]]) -> None:
             dims.add().dim_value = int(size)
 
 
+def _parity(graph: CameraGraph, path: str, images: torch.Tensor) -> tuple[dict, list[str]]:
+    """ONNX Runtime vs PyTorch on ``images``: (report, problems). Query heads fall back to a set comparison."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = graph.output_names
+    with torch.no_grad():
+        reference = {n: t.numpy() for n, t in zip(names, graph(images))}
+    actual = dict(zip(names, session.run(names, {INPUT_NAME: images.numpy()})))
+    differences = output_differences(reference, actual)
+    failures = parity_problems(differences, PARITY_ATOL, PARITY_RTOL)
+    query_sets = {}
+    for head in QUERY_HEADS:
+        head_names = [n for n in names if n.startswith(f"{head}.")]
+        if not any(f"output {n}:" in p for n in head_names for p in failures):
+            continue
+        agreement = query_set_agreement(reference, actual, head_names, PARITY_ATOL, PARITY_RTOL)
+        query_sets[head] = agreement
+        failures = [p for p in failures if not any(f"output {n}:" in p for n in head_names)]
+        if agreement["matched"] < MIN_QUERY_AGREEMENT * agreement["queries"]:
+            failures.append(f"{head}: only {agreement['matched']} of {agreement['queries']} queries have an "
+                            "ONNX Runtime counterpart within tolerance (matched as a set; needed "
+                            f"{MIN_QUERY_AGREEMENT:.0%})")
+    report = {"batch": int(images.shape[0]), "atol": PARITY_ATOL, "rtol": PARITY_RTOL, "outputs": differences,
+              "query_sets": query_sets}
+    return report, failures
+
+
 def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str, batch: int | None = 6,
                         opset: int = 17, config_text: str = "", postprocess: dict | None = None,
                         check_images: torch.Tensor | None = None, check_images_source: str = "validation images",
@@ -146,7 +174,6 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
     every problem) when a check fails.
     """
     import onnx
-    import onnxruntime as ort
 
     model = inference_copy(model)
     input_size = tuple(int(s) for s in input_size)
@@ -185,27 +212,8 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
     source = check_images_source if check_images is not None else "synthetic road-like images (seed 1)"
     if check_images is None:
         check_images = synthetic_camera_images(max(batch or 3, fp16_images), input_size, seed=1)
-    check_batch = batch or 3
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    parity_input = _batches(check_images, check_batch)[0]
-    with torch.no_grad():
-        reference = {n: t.numpy() for n, t in zip(output_names, graph(parity_input))}
-    actual = dict(zip(output_names, session.run(output_names, {INPUT_NAME: parity_input.numpy()})))
-    differences = output_differences(reference, actual)
-    parity_failures = parity_problems(differences, PARITY_ATOL, PARITY_RTOL)
-    query_sets = {}
-    for head in QUERY_HEADS:
-        names = [n for n in output_names if n.startswith(f"{head}.")]
-        if names and any(f"output {n}:" in p for n in names for p in parity_failures):
-            agreement = query_set_agreement(reference, actual, names, PARITY_ATOL, PARITY_RTOL)
-            query_sets[head] = agreement
-            parity_failures = [p for p in parity_failures if not any(f"output {n}:" in p for n in names)]
-            if agreement["matched"] < MIN_QUERY_AGREEMENT * agreement["queries"]:
-                parity_failures.append(
-                    f"{head}: only {agreement['matched']} of {agreement['queries']} queries have an ONNX Runtime "
-                    f"counterpart within tolerance (matched as a set; needed {MIN_QUERY_AGREEMENT:.0%})")
+    parity, parity_failures = _parity(graph, path, _batches(check_images, batch or 3)[0])
     problems += parity_failures
-    del session
     timings["parity_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -221,8 +229,7 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
         "passed": not problems,
         "problems": problems,
         "structure": {k: v for k, v in structure.items() if k != "problems"},
-        "parity": {"inputs": source, "batch": int(parity_input.shape[0]), "atol": PARITY_ATOL, "rtol": PARITY_RTOL,
-                   "outputs": differences, "query_sets": query_sets},
+        "parity": {"inputs": source, **parity},
         "fp16": fp16 | {"inputs_source": source},
         "timings_s": timings,
     }
