@@ -33,16 +33,6 @@ def _cfg(path: str):
     return parse_config(load_config(os.path.join(ROOT, path)))
 
 
-def _to(value, device):
-    if torch.is_tensor(value):
-        return value.to(device, non_blocking=True)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to(v, device) for v in value]
-    return value
-
-
 def _timed(fn, runs: int, warmup: int) -> tuple[float, float]:
     for _ in range(warmup):
         fn()
@@ -113,6 +103,8 @@ def inference(config: str, images: torch.Tensor, runs: int, weights: str | None 
 
 
 def training_step(batch: dict, steps: int) -> None:
+    from lightning.fabric.utilities.apply_func import move_data_to_device  # what Lightning does to a batch
+
     from perception.build import build_system
 
     cfg = _cfg(TRAIN_CONFIG)
@@ -120,7 +112,7 @@ def training_step(batch: dict, steps: int) -> None:
         torch.manual_seed(0)
         system = build_system(cfg).cuda().train()
         optimizer = torch.optim.AdamW(system.parameters(), lr=1e-4)
-        device_batch = _to(batch, "cuda")
+        device_batch = move_data_to_device(batch, "cuda")
 
         def step(system=system, optimizer=optimizer, device_batch=device_batch, bf16=precision != "fp32"):
             optimizer.zero_grad(set_to_none=True)

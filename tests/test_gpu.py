@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from perception.build import build_datamodule, build_system
 from perception.config import parse_config
@@ -16,23 +17,13 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
-def _to(value, device):
-    if torch.is_tensor(value):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to(v, device) for v in value]
-    return value
-
-
 def test_four_task_training_step_in_bf16_and_fp16_inference_on_cuda(small_dataset, bdd_dataset):
     cfg = parse_config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=ALL_HEADS),
                                        loss_weights=ALL_LOSS_WEIGHTS, bdd100k=dict(data_root=bdd_dataset)))
     datamodule = build_datamodule(cfg)
     items = [datamodule.dataset("train")[i] for i in range(3)] + [datamodule.bdd100k_dataset("train")[i]
                                                                  for i in range(3)]
-    batch = _to(collate_camera_batch(items), "cuda")
+    batch = move_data_to_device(collate_camera_batch(items), "cuda")
     system = build_system(cfg).cuda().train()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         total, losses, _ = system._losses(batch)
