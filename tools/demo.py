@@ -74,19 +74,17 @@ def main(args: argparse.Namespace) -> int:
 def _perceiver(cfg, args):
     from dataclasses import replace
 
-    from perception.config import ConfigError
     from perception.inference.pipeline import Perceiver
     from perception.inference.predictors import OnnxPredictor, TorchPredictor
 
-    predictor = OnnxPredictor(args.onnx) if args.onnx else TorchPredictor(cfg, args.checkpoint)
-    if predictor.input_size != tuple(cfg.input_size):
-        raise ConfigError(f"{args.onnx} takes {predictor.input_size} (H, W) inputs but the config's input_size is "
-                          f"{tuple(cfg.input_size)}; use the config it was exported from")
+    input_size = tuple(cfg.input_size)
+    predictor = (OnnxPredictor(args.onnx, expected_input_size=input_size) if args.onnx
+                 else TorchPredictor(cfg, args.checkpoint))
     # Decode down to the drawing threshold (the config's thresholds are the evaluation's operating points).
     thresholds = cfg.postprocess
     post = replace(thresholds, obstacle_score_threshold=min(thresholds.obstacle_score_threshold, args.min_score),
                    light_score_threshold=min(thresholds.light_score_threshold, args.min_score))
-    return Perceiver(predictor, tuple(cfg.input_size), post)
+    return Perceiver(predictor, input_size, post)
 
 
 def _intrinsics(args, width: int, height: int):

@@ -74,7 +74,11 @@ def main(args: argparse.Namespace) -> int:
             metrics = evaluate_motion(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                                       format_only=args.format_only, results_path=args.out)
         else:
-            predictor = _onnx_predictor(args.onnx, cfg, args.threads) if args.onnx else None
+            predictor = None
+            if args.onnx:
+                from perception.inference.predictors import OnnxPredictor
+
+                predictor = OnnxPredictor(args.onnx, threads=args.threads, expected_input_size=tuple(cfg.input_size))
             metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                                format_only=args.format_only, results_path=args.out, predictor=predictor)
     except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
@@ -86,17 +90,6 @@ def main(args: argparse.Namespace) -> int:
         print(format_table(metrics))
         print(f"metrics written to {path}")
     return 0
-
-
-def _onnx_predictor(path: str, cfg, threads: int | None):
-    from perception.config import ConfigError
-    from perception.inference.predictors import OnnxPredictor
-
-    predictor = OnnxPredictor(path, threads=threads)
-    if predictor.input_size != tuple(cfg.input_size):
-        raise ConfigError(f"{path} takes {predictor.input_size} (H, W) images but the config's input_size is "
-                          f"{tuple(cfg.input_size)}; evaluate with the config the model was exported from")
-    return predictor
 
 
 def _rank() -> int:

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from perception.build import build_datamodule, build_model
+from perception.build import build_datamodule
 from perception.config import ExperimentConfig
 from perception.data.camera_dataset import collate_camera_batch
 from perception.data.sampling import ResumableSampler
-from perception.evaluation.checkpoint import load_model_weights
 from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
+from perception.inference.predictors import TorchPredictor
 from perception.metrics.box_ap import coco_ap50
 from perception.metrics.lanes import LaneF1, match_lanes
 from perception.metrics.segmentation import BinaryIoU
@@ -50,9 +50,7 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
     split = split or cfg.val_split
     rank, world = distributed_rank_and_world()
     if predictor is None:
-        model = build_model(cfg.model, tuple(cfg.input_size))
-        load_model_weights(model, checkpoint_path)
-        predictor = model.eval()
+        predictor = TorchPredictor(cfg, checkpoint_path)
     datamodule = build_datamodule(cfg)
     sources = [datamodule.dataset("val", split=split)]
     heads = cfg.model.heads

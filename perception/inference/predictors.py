@@ -16,7 +16,9 @@ class OnnxPredictor:
     run in chunks of its batch, the last chunk padded with zeros and the padding dropped.
     """
 
-    def __init__(self, path: str, threads: int | None = None, providers: list[str] | None = None):
+    def __init__(self, path: str, threads: int | None = None, providers: list[str] | None = None,
+                 expected_input_size: tuple[int, int] | None = None):
+        """``expected_input_size`` (the config's (H, W)): a model exported at another size is an error."""
         import onnxruntime as ort
 
         if not os.path.isfile(path):
@@ -30,6 +32,9 @@ class OnnxPredictor:
         batch, channels, height, width = model_input.shape
         self.batch = batch if isinstance(batch, int) else None  # None: dynamic batch axis
         self.input_size = (int(height), int(width))
+        if expected_input_size is not None and self.input_size != tuple(expected_input_size):
+            raise ValueError(f"{path} takes {self.input_size} (H, W) images but the config's input_size is "
+                             f"{tuple(expected_input_size)}; use the config the model was exported from")
         self.output_names = [o.name for o in self.session.get_outputs()]
         sidecar_path = os.path.splitext(path)[0] + ".json"
         self.sidecar = None
