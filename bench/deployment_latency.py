@@ -64,12 +64,15 @@ def _build(config: str, checkpoint: str):
     return cfg, model
 
 
-def _session(path: str, threads: int):
+def _session(path: str, threads: int, profile: bool = False):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    return options, ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def child_main(args) -> int:
@@ -94,7 +97,7 @@ def child_main(args) -> int:
     else:
         import numpy as np
 
-        _, session = _session(args.model, args.threads)
+        session = _session(args.model, args.threads)
         shape = session.get_inputs()[0].shape
         for _ in range(3):
             session.run(None, {"images": np.random.randn(*shape).astype(np.float32)})
@@ -123,13 +126,7 @@ def _child(args, job: str, model_path: str) -> float:
 
 def _operator_profile(path: str, feed: dict, threads: int, runs: int = 3) -> list[tuple[str, float]]:
     """Share of ONNX Runtime kernel time per operator type."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    session = _session(path, threads, profile=True)
     for _ in range(runs):
         session.run(None, feed)
     with open(session.end_profiling()) as f:
@@ -163,7 +160,7 @@ def main(args) -> int:
         eager_peak = _child(args, "eager", path)
         onnx_peak = _child(args, "onnx", path)
 
-        _, session = _session(path, args.threads)
+        session = _session(path, args.threads)
         feed = {"images": images.numpy()}
         eager_times, onnx_times = [], []
         with torch.no_grad():
