@@ -30,6 +30,7 @@ import albumentations as A  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from random_targets import random_targets  # noqa: E402  (bench/random_targets.py, this folder)
 
 INPUT_SIZE = (448, 800)
 
@@ -107,8 +108,7 @@ def measure_demo_step() -> float:
     criteria = build_criteria(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     images = torch.randn(2, 3, *INPUT_SIZE)
-    targets = {"drivable": {"valid": torch.ones(2, dtype=torch.bool),
-                            "mask": torch.randint(0, 2, (2, *INPUT_SIZE))}}
+    targets = random_targets(2, *INPUT_SIZE)
     times = []
     for _ in range(4):
         start = time.perf_counter()

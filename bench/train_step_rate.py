@@ -22,6 +22,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from random_targets import random_targets  # bench/random_targets.py: this script's folder is on sys.path
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -35,26 +36,11 @@ def count_flops(model, images) -> dict[str, float]:
     return {"total": total.get_total_flops() / 1e9, "backbone": backbone.get_total_flops() / 1e9}
 
 
-def _random_obstacles(count: int, height: int, width: int) -> dict:
-    """Plausible obstacle targets (input pixels, camera frame) for timing the criterion."""
-    x0, y0 = torch.rand(count) * width * 0.8, torch.rand(count) * height * 0.8
-    w, h = torch.rand(count) * width * 0.2 + 4, torch.rand(count) * height * 0.2 + 4
-    boxes = torch.stack([x0, y0, x0 + w, y0 + h], dim=1)
-    return {"boxes_xyxy": boxes, "labels": torch.randint(0, 10, (count,)), "center_uv": boxes[:, :2] + 2,
-            "center_cam": torch.rand(count, 3) * 30 + 2, "size_wlh": torch.rand(count, 3) + 0.5,
-            "yaw": torch.rand(count) * 6 - 3, "velocity": torch.randn(count, 2),
-            "attributes": torch.randint(-1, 8, (count,)),
-            "intrinsics": torch.tensor([[width * 0.8, 0, width / 2], [0, width * 0.8, height / 2], [0, 0, 1.0]])}
-
-
 def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> list[float]:
     """Seconds per training step with the real criteria on random full-resolution targets."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, _, height, width = images.shape
-    targets = {"drivable": {"valid": torch.ones(batch, dtype=torch.bool, device=device),
-                            "mask": torch.randint(0, 2, (batch, height, width), device=device)},
-               "obstacles": {"valid": torch.ones(batch, dtype=torch.bool), "input_size": (height, width),
-                             "per_image": [_random_obstacles(12, height, width) for _ in range(batch)]}}
+    targets = random_targets(batch, height, width, device)
     times = []
     for i in range(warmup + steps):
         if device == "cuda":

@@ -52,11 +52,13 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
     if heads.drivable is not None:
         criteria["drivable"] = DrivableCriterion()
     if heads.obstacles is not None:
-        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou))
+        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou),
+                                                  dense_weight=m.dense_weight)
     if heads.lanes is not None:
-        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points))
+        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight)
     if heads.lights is not None:
-        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou))
+        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou),
+                                            dense_weight=m.dense_weight)
     return criteria
 
 
@@ -94,7 +96,7 @@ def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
         val_batch_size=cfg.val_batch_size, num_workers=cfg.num_workers, cache_root=cfg.cache_root,
         drivable_max_range=cfg.drivable_max_range, scale_range=cfg.augment.scale_range,
         flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric, seed=cfg.seed, bdd100k=cfg.bdd100k,
-        lane_cameras=cfg.lane_cameras)
+        lane_cameras=cfg.lane_cameras, min_visibility=cfg.min_obstacle_visibility)
 
 
 def motion_settings(cfg: MotionExperimentConfig):

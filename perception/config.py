@@ -88,6 +88,9 @@ class MatcherConfig:
     cost_bbox: float = 5.0
     cost_giou: float = 2.0
     cost_points: float = 5.0  # lanes: mean L1 of x over the target's visible rows
+    # Weight of the dense one-to-many losses on every memory token (perception.training.dense_assign),
+    # added to the set losses of the same names; trains query selection. 0 turns them off.
+    dense_weight: float = 1.0
 
 
 @dataclass
@@ -165,6 +168,9 @@ class ExperimentConfig:
     # nuScenes cameras whose map-derived lanes are supervised and scored (markings run away from
     # them); in the others lanes count as unlabelled (perception.data.camera_dataset).
     lane_cameras: tuple = ("CAM_FRONT", "CAM_BACK")
+    # Obstacle targets of which a camera sees less than this fraction (occlusion by nearer annotated
+    # boxes, perception.data.occlusion) are dropped from that camera's targets; evaluation is unaffected.
+    min_obstacle_visibility: float = 0.2
     batch_size: int = 2
     val_batch_size: int = 4
     num_workers: int = 4
@@ -176,6 +182,9 @@ class ExperimentConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    # Score the held-out validation split (tools/test.py's metrics) every N steps and at the end of
+    # training, logged as heldout/* and drawn into <work_dir>/curves.png (0: only val/* is logged).
+    heldout_eval_every_n_steps: int = 0
     checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     seed: int = 0
@@ -351,6 +360,8 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    if not 0.0 <= cfg.min_obstacle_visibility < 1.0:
+        raise ConfigError(f"min_obstacle_visibility must be in [0, 1), got {cfg.min_obstacle_visibility}")
     low, high = cfg.augment.scale_range
     if not 0 < low <= high:
         raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")

@@ -141,6 +141,13 @@ def apply_affine(points: np.ndarray, affine: np.ndarray) -> np.ndarray:
     return points @ affine[:2, :2].T + affine[:2, 2]
 
 
+def drop_hidden_obstacles(info: dict, min_visibility: float) -> dict:
+    """A copy of a label-cache info without the obstacles this camera sees less than ``min_visibility`` of."""
+    obstacles = info["obstacles"]
+    keep = [i for i, f in enumerate(obstacles["visible_fraction"]) if f >= min_visibility]
+    return {**info, "obstacles": {k: [v[i] for i in keep] for k, v in obstacles.items()}}
+
+
 def empty_obstacles() -> dict:
     """Obstacle targets of an image without obstacle labels (valid False)."""
     return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
@@ -167,7 +174,12 @@ class NuScenesCameraDataset(CameraDataset):
 
     def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
                  seed: int = 0, skip_bad_images: bool = False, reduced_decoding: bool = True,
-                 half_decode_max_scale: float = 0.5, lane_cameras: tuple[str, ...] = ("CAM_FRONT", "CAM_BACK")):
+                 half_decode_max_scale: float = 0.5, lane_cameras: tuple[str, ...] = ("CAM_FRONT", "CAM_BACK"),
+                 min_visibility: float = 0.0):
+        """``min_visibility``: obstacles of which this camera sees a smaller fraction (the label cache's
+        ``visible_fraction``) are dropped from the targets: a box over pixels that show something else
+        teaches the classifier noise."""
+        infos = [drop_hidden_obstacles(info, min_visibility) for info in infos] if min_visibility > 0 else infos
         super().__init__(data_root, infos, transform, seed, skip_bad_images, reduced_decoding, half_decode_max_scale)
         self.cache_directory = cache_directory
         self.lane_cameras = tuple(lane_cameras)

@@ -30,7 +30,7 @@ class NuScenesDataModule(L.LightningDataModule):
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
                  flip_prob: float = 0.5, photometric: bool = True, seed: int = 0, bdd100k=None,
-                 lane_cameras=("CAM_FRONT", "CAM_BACK")):
+                 lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0):
         """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None."""
         super().__init__()
         if not os.path.isdir(os.path.join(data_root, version)):
@@ -50,6 +50,7 @@ class NuScenesDataModule(L.LightningDataModule):
         self.seed = seed
         self.bdd100k = bdd100k
         self.lane_cameras = tuple(lane_cameras)
+        self.min_visibility = min_visibility
         self.datasets: dict = {}
 
     def _transform(self, train: bool) -> CameraTransform:
@@ -66,7 +67,7 @@ class NuScenesDataModule(L.LightningDataModule):
         # pays for a full decode; at most a 1.2x upsample); evaluation only when nothing is upsampled.
         return NuScenesCameraDataset(self.data_root, infos, directory, self._transform(train), seed=self.seed,
                                      skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5,
-                                     lane_cameras=self.lane_cameras)
+                                     lane_cameras=self.lane_cameras, min_visibility=self.min_visibility)
 
     def bdd100k_dataset(self, stage: str, split: str | None = None):
         """The BDD100K-format dataset of a stage, or None when the config mixes in none."""

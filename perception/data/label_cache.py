@@ -23,10 +23,13 @@ from perception.data.drivable_projection import DrivableRasterizer, project_driv
 from perception.data.lane_projection import MapLines, project_lane_lines
 from perception.data.mask_codec import write_mask
 from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
+from perception.data.occlusion import NEAR_PLANE, clipped_box_xyxy, visible_fractions
 from perception.data.splits import scenes_of_split
 from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
 
-CACHE_FORMAT = 3  # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines
+# 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines;
+# 4: per-camera visible fraction of every obstacle, near-plane-clipped 2D boxes
+CACHE_FORMAT = 4
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
@@ -189,26 +192,31 @@ def _obstacles_in_camera(nusc, sample, intrinsics, camera_from_global, width, he
 
     yaw_cam: heading of the box's length axis in the camera x-z plane, atan2(h_x, h_z) (0 = facing
     along the optical axis, +pi/2 = facing right). velocity_cam: (v_x, v_z) in m/s.
+    box2d_xyxy: extent of the near-plane-clipped box (perception.data.occlusion). visible_fraction:
+    the share of its silhouette in this image that no nearer annotated box hides (every annotation
+    occludes, detection class or not); the dataset drops targets below its min_visibility.
     """
     fields = {k: [] for k in ("center_cam", "size_wlh", "yaw_cam", "velocity_cam", "box2d_xyxy", "center_uv",
-                              "label", "attribute", "num_lidar_pts", "visibility", "annotation_token")}
+                              "label", "attribute", "num_lidar_pts", "visibility", "visible_fraction",
+                              "annotation_token")}
     rotation = camera_from_global[:3, :3]
+    annotations, corners = [], []
     for ann_token in sample["anns"]:
         ann = nusc.get("sample_annotation", ann_token)
-        name = CATEGORY_TO_DETECTION.get(ann["category_name"])
-        if name is None:
-            continue
         centre = rotation @ np.asarray(ann["translation"]) + camera_from_global[:3, 3]
-        if centre[2] < 0.5:
-            continue
         box_rotation = rotation @ Quaternion(ann["rotation"]).rotation_matrix
-        corners = box_corners(centre, ann["size"], box_rotation)
-        front = corners[corners[:, 2] > 0.1]
-        if len(front) == 0:
+        box = box_corners(centre, ann["size"], box_rotation)
+        if box[:, 2].max() < NEAR_PLANE:
             continue
-        uv, _ = project_points(front, intrinsics)
-        x0, y0 = np.clip(uv.min(axis=0), 0, [width, height])
-        x1, y1 = np.clip(uv.max(axis=0), 0, [width, height])
+        annotations.append((ann_token, ann, centre, box_rotation))
+        corners.append(box)
+    fractions = visible_fractions(corners, intrinsics, width, height)
+    for (ann_token, ann, centre, box_rotation), box, fraction in zip(annotations, corners, fractions):
+        name = CATEGORY_TO_DETECTION.get(ann["category_name"])
+        if name is None or centre[2] < 0.5:
+            continue
+        box2d = clipped_box_xyxy(box, intrinsics, width, height)
+        x0, y0, x1, y1 = box2d
         if (x1 - x0) * (y1 - y0) < 4.0:
             continue
         heading = box_rotation[:, 0]
@@ -220,11 +228,12 @@ def _obstacles_in_camera(nusc, sample, intrinsics, camera_from_global, width, he
         fields["size_wlh"].append(list(ann["size"]))
         fields["yaw_cam"].append(math.atan2(heading[0], heading[2]))
         fields["velocity_cam"].append([float(velocity[0]), float(velocity[2])])
-        fields["box2d_xyxy"].append([float(x0), float(y0), float(x1), float(y1)])
+        fields["box2d_xyxy"].append([float(v) for v in box2d])
         fields["center_uv"].append(centre_uv[0].tolist())
         fields["label"].append(DETECTION_CLASSES.index(name))
         fields["attribute"].append(attribute)
         fields["num_lidar_pts"].append(int(ann["num_lidar_pts"]) + int(ann["num_radar_pts"]))
         fields["visibility"].append(ann["visibility_token"])
+        fields["visible_fraction"].append(round(float(fraction), 4))
         fields["annotation_token"].append(ann_token)
     return fields

@@ -20,7 +20,15 @@ import numpy as np
 from pyquaternion import Quaternion
 
 from perception.data.nuscenes_constants import ATTRIBUTES, CATEGORIES, VISIBILITY_LEVELS
-from perception.geometry import box_corners, pixel_rays, transform_matrix, yaw_to_quaternion
+from perception.data.occlusion import visible_pixels
+from perception.geometry import (
+    apply_transform,
+    box_corners,
+    invert_transform,
+    pixel_rays,
+    transform_matrix,
+    yaw_to_quaternion,
+)
 from perception.synthetic.map_expansion import map_expansion_json
 from perception.synthetic.prediction_scenes import prediction_scenes
 from perception.synthetic.render import RASTER_RESOLUTION, GroundRaster, render_camera
@@ -106,7 +114,25 @@ def _lidar_points(size_wlh, distance: float) -> int:
 
 
 def _visibility(distance: float) -> str:
+    """Fallback visibility token for data written without cameras (motion data): by distance."""
     return "4" if distance < 20 else "3" if distance < 35 else "2" if distance < 50 else "1"
+
+
+def visibility_token(fraction: float) -> str:
+    """nuScenes visibility level of a visible fraction: 1 = 0-40 %, 2 = 40-60 %, 3 = 60-80 %, 4 = 80-100 %."""
+    return "4" if fraction >= 0.8 else "3" if fraction >= 0.6 else "2" if fraction >= 0.4 else "1"
+
+
+def _set_visibility(annotation: dict, seen: int, in_view: int) -> None:
+    """Visibility from the rendered cameras: the fraction of the object's pixels (over all cameras)
+    that nothing nearer hides. An object in view but wholly hidden gets no lidar points, so the
+    devkit drops it from evaluation as it drops unseen objects of real data; an object outside
+    every camera keeps its distance-based values (the lidar sees all around)."""
+    if in_view == 0:
+        return
+    fraction = seen / in_view
+    annotation["visibility"] = visibility_token(fraction)
+    annotation["num_lidar_pts"] = int(math.ceil(annotation["num_lidar_pts"] * fraction)) if seen > 0 else 0
 
 
 def _scene_job(args) -> dict:
@@ -159,7 +185,7 @@ def _scene_job(args) -> dict:
                               "scene_token": _token(spec.seed, "scene", scene_index)})
         ego = tracks[0].poses[k]
         global_from_ego = transform_matrix(yaw_to_quaternion(ego[3]), (ego[0], ego[1], 0.0))
-        objects = []
+        objects, object_tracks, annotated_now = [], [], {}
         for i, track in enumerate(tracks[1:], start=1):
             x, y, z, yaw = track.poses[k]
             distance = math.hypot(x - ego[0], y - ego[1])
@@ -167,11 +193,15 @@ def _scene_job(args) -> dict:
                 continue
             rotation = Quaternion(yaw_to_quaternion(yaw)).rotation_matrix
             objects.append((box_corners((x, y, z), track.size_wlh, rotation), track.category, tints[i]))
+            object_tracks.append(i)
             if distance <= ANNOTATION_RANGE:
-                ann_by_track.setdefault(i, []).append(dict(
+                annotated_now[i] = dict(
                     k=k, translation=[float(x), float(y), float(z)], size=list(track.size_wlh),
                     rotation=yaw_to_quaternion(yaw), attribute=_attribute(track, track.speed[k]),
-                    num_lidar_pts=_lidar_points(track.size_wlh, distance), visibility=_visibility(distance)))
+                    num_lidar_pts=_lidar_points(track.size_wlh, distance), visibility=_visibility(distance))
+                ann_by_track.setdefault(i, []).append(annotated_now[i])
+        # Pixels of each object seen / in view, summed over the cameras (see _set_visibility).
+        seen, in_view = np.zeros(len(objects), np.int64), np.zeros(len(objects), np.int64)
         for channel in cameras + ["LIDAR_TOP"]:
             sd_token = _token(spec.seed, "sd", scene_index, k, channel)
             rec["ego_pose"].append({"token": sd_token, "timestamp": timestamp,
@@ -189,6 +219,11 @@ def _scene_job(args) -> dict:
                 path = os.path.join(spec._out, filename)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 cv2.imwrite(path, image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, 92])
+                cam_from_global = invert_transform(global_from_ego @ ego_from_camera)
+                visible, footprint = visible_pixels([apply_transform(cam_from_global, o[0]) for o in objects],
+                                                    intrinsics, width, height)
+                seen += visible
+                in_view += footprint
             record = {"token": sd_token, "sample_token": sample_tokens[k], "ego_pose_token": sd_token,
                       "calibrated_sensor_token": calib_tokens[channel], "timestamp": timestamp,
                       "fileformat": fileformat, "is_key_frame": True, "height": h, "width": w,
@@ -197,6 +232,10 @@ def _scene_job(args) -> dict:
                 sd_records_by_channel[channel][-1]["next"] = sd_token
             sd_records_by_channel[channel].append(record)
             sd_prev[channel] = sd_token
+        if cameras:
+            for j, i in enumerate(object_tracks):
+                if i in annotated_now:
+                    _set_visibility(annotated_now[i], seen[j], in_view[j])
     for channel_records in sd_records_by_channel.values():
         rec["sample_data"].extend(channel_records)
 

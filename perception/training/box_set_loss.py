@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import box_convert, generalized_box_iou_loss, sigmoid_focal_loss
 
+from perception.training.dense_assign import atss_assign, level_sizes
 from perception.training.matcher import HungarianMatcher
 
 
@@ -55,10 +56,13 @@ class SetCriterion(nn.Module):
     task = ""  # key of the outputs and of the targets
     loss_names: tuple[str, ...] = ()
 
-    def __init__(self, matcher: nn.Module, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
+    def __init__(self, matcher: nn.Module, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
+                 dense_weight: float = 1.0):
+        """``dense_weight``: weight of the dense one-to-many losses (0: off), added to the same loss names."""
         super().__init__()
         self.matcher = matcher
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
+        self.dense_weight = dense_weight
 
     def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
         raise NotImplementedError
@@ -88,7 +92,28 @@ class SetCriterion(nn.Module):
         for prefix in output_prefixes(outputs, self.task):
             for name, value in self.prefix_losses(outputs_of(outputs, prefix, valid), encoded, num_targets).items():
                 totals[name] = totals[name] + value
+        if self.dense_weight > 0 and f"{self.task}.dense.logits" in outputs:
+            dense = outputs_of(outputs, f"{self.task}.dense", valid)
+            for name, value in self.dense_losses(dense, encoded, targets[self.task]["input_size"]).items():
+                totals[name] = totals[name] + self.dense_weight * value
         return totals
+
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """One-to-many losses over every token (perception.training.dense_assign)."""
+        raise NotImplementedError
+
+    def dense_class_loss(self, logits: torch.Tensor, assigned: torch.Tensor, targets: list[dict]) -> torch.Tensor:
+        """Focal loss over all tokens: logits [B,N,C], assigned [B,N] target index or -1; per positive."""
+        target_classes = torch.zeros_like(logits)
+        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
+        labels = torch.cat([t["labels"] for t in targets])
+        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=logits.device).cumsum(0)
+        flat = offsets[batch_index] + assigned[batch_index, token_index]
+        target_classes[batch_index, token_index, labels[flat]] = 1.0
+        num_positive = max(len(batch_index), 1)
+        return sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma,
+                                  reduction="sum") / num_positive
 
 
 class BoxSetCriterion(SetCriterion):
@@ -96,8 +121,9 @@ class BoxSetCriterion(SetCriterion):
 
     loss_prefix = ""
 
-    def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
-        super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma)
+    def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
+                 dense_weight: float = 1.0):
+        super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma, dense_weight)
 
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (xyxy input-image pixels) -> labels and normalised cxcywh boxes."""
@@ -128,6 +154,27 @@ class BoxSetCriterion(SetCriterion):
     def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         """Losses on per-query outputs beyond class and box (none here)."""
         return {}
+
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """ATSS positives of every token: focal class loss over all tokens, L1 + GIoU on the positives."""
+        anchors = pred["anchors"][0]  # (N, 4), the same for every image
+        sizes = level_sizes(anchors)
+        aspect = input_size[1] / input_size[0]  # distances measured in the image's shape
+        assigned = torch.stack([atss_assign(anchors, sizes, t["boxes"], aspect) for t in targets])  # (B, N)
+        p = self.loss_prefix
+        losses = {f"{p}_cls": self.dense_class_loss(pred["logits"], assigned, targets)}
+        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
+        num_positive = max(len(batch_index), 1)
+        gt = torch.cat([t["boxes"] for t in targets])
+        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=gt.device).cumsum(0)
+        target_boxes = gt[offsets[batch_index] + assigned[batch_index, token_index]]
+        boxes = pred["boxes"][batch_index, token_index]
+        losses[f"{p}_l1"] = F.l1_loss(boxes, target_boxes, reduction="sum") / num_positive
+        losses[f"{p}_giou"] = generalized_box_iou_loss(
+            box_convert(boxes, "cxcywh", "xyxy"), box_convert(target_boxes, "cxcywh", "xyxy"),
+            reduction="sum") / num_positive
+        return losses
 
 
 class LightCriterion(BoxSetCriterion):

@@ -15,6 +15,7 @@ from torch import nn
 
 from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.training.box_set_loss import SetCriterion, gather_matched
+from perception.training.dense_assign import lane_assign, level_sizes
 from perception.training.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility")
@@ -54,8 +55,28 @@ class LaneCriterion(SetCriterion):
     task = "lanes"
     loss_names = LOSS_NAMES
 
-    def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0):
-        super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma)
+    def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
+                 dense_weight: float = 1.0):
+        super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight)
+
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
+                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
+        """Tokens on each lane whose proposal fits it best are positive (dense_assign.lane_assign):
+        focal class loss over all tokens, L1 of the positives' points over the lane's visible rows."""
+        anchors = pred["anchors"][0]  # (N, 4)
+        sizes = level_sizes(anchors)
+        assigned = torch.stack([lane_assign(anchors, sizes, pred["points"][i].detach(), t["points"], t["visible"])
+                                for i, t in enumerate(targets)])  # (B, N)
+        losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, targets)}
+        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
+        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=anchors.device).cumsum(0)
+        flat = offsets[batch_index] + assigned[batch_index, token_index]
+        gt_points = torch.cat([t["points"] for t in targets])[flat]
+        visible = torch.cat([t["visible"] for t in targets])[flat].float()
+        distance = (pred["points"][batch_index, token_index] - gt_points).abs()
+        per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
+        losses["lane_points"] = per_lane.sum() / max(len(batch_index), 1)
+        return losses
 
     @staticmethod
     def encode_targets(per_image: list[dict], input_size: tuple[int, int], num_points: int, device) -> list[dict]:

@@ -13,6 +13,8 @@ from mmengine.config import Config
 from perception.build import build_datamodule, build_system, checkpoint_monitor
 from perception.config import parse_config
 from perception.training.checkpoint_io import AtomicCheckpointIO
+from perception.training.curves import plot_curves
+from perception.training.heldout import HeldOutEvaluation
 from perception.training.rng_state import RngStateCallback
 
 
@@ -70,6 +72,9 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
         # Mid-epoch saves for preemptible jobs; the data loader's position is in them (exact resume).
         trainer_callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir(work_dir), save_top_k=0, save_last=True,
                                                  every_n_train_steps=experiment.checkpoint_every_n_steps))
+    heldout_every = getattr(experiment, "heldout_eval_every_n_steps", 0)  # camera configs only
+    if heldout_every:
+        trainer_callbacks.append(HeldOutEvaluation(experiment, work_dir, heldout_every))
     trainer_callbacks += list(callbacks or [])
     trainer_args = dict(experiment.trainer)
     if trainer_args.get("enable_progress_bar", True):
@@ -80,4 +85,7 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     trainer = L.Trainer(default_root_dir=work_dir, callbacks=trainer_callbacks, logger=loggers,
                         plugins=[AtomicCheckpointIO()], use_distributed_sampler=False, **trainer_args)
     trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
+    metrics_csv = os.path.join(work_dir, "csv", "metrics.csv")
+    if trainer.is_global_zero and os.path.isfile(metrics_csv):
+        print(f"learning curves: {plot_curves(metrics_csv, os.path.join(work_dir, 'curves.png'))}")
     return {k: float(v) for k, v in trainer.callback_metrics.items()}

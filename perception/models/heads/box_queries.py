@@ -29,8 +29,8 @@ class BoxQueryHead(nn.Module):
     """FPN levels -> ``<prefix>.logits [B,Q,C]`` (sigmoid, no background class) and
     ``<prefix>.boxes [B,Q,4]`` (cxcywh in [0, 1] of the input image), plus ``extra_outputs``.
 
-    In training also ``<prefix>.aux{i}.*`` per earlier decoder layer and ``<prefix>.enc.{logits,boxes}``
-    for the selected token proposals.
+    In training also ``<prefix>.aux{i}.*`` per earlier decoder layer, ``<prefix>.enc.{logits,boxes}``
+    for the selected token proposals and ``<prefix>.dense.{logits,boxes,anchors}`` for every token.
     """
 
     prefix = "boxes"
@@ -68,6 +68,10 @@ class BoxQueryHead(nn.Module):
         if self.training:
             outputs[f"{self.prefix}.enc.logits"] = gather_tokens(enc_logits, top)
             outputs[f"{self.prefix}.enc.boxes"] = reference
+            # Every token's proposal, for the dense one-to-many loss that trains query selection.
+            outputs[f"{self.prefix}.dense.logits"] = enc_logits  # (B, N, C)
+            outputs[f"{self.prefix}.dense.boxes"] = enc_boxes  # (B, N, 4)
+            outputs[f"{self.prefix}.dense.anchors"] = anchors.expand(enc_boxes.shape[0], -1, -1)  # (B, N, 4)
         reference = reference.detach()
         for i, (layer, class_head, box_head) in enumerate(zip(self.layers, self.class_heads, self.box_heads)):
             query_pos = self.query_pos(box_sine_encoding(reference, self.dim))

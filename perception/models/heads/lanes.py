@@ -66,7 +66,8 @@ class LaneHead(nn.Module):
         lanes.logits [B,Q,C]      class logits (sigmoid; no background class)
         lanes.points [B,Q,P]      x at each anchor row, normalised to [0, 1] of the input width
         lanes.visibility [B,Q,P]  logit that the lane crosses the row inside the image
-        In training also ``lanes.aux{i}.*`` per earlier decoder layer and ``lanes.enc.{logits,points}``.
+        In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
+        ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss).
         """
         memory, memory_pos, anchors = self.memory(levels)
         features = self.enc_output(memory)  # (B, N, D)
@@ -80,6 +81,9 @@ class LaneHead(nn.Module):
         if self.training:
             outputs["lanes.enc.logits"] = gather_tokens(enc_logits, top)
             outputs["lanes.enc.points"] = reference
+            outputs["lanes.dense.logits"] = enc_logits  # (B, N, C): every token, for the dense loss
+            outputs["lanes.dense.points"] = enc_points  # (B, N, P)
+            outputs["lanes.dense.anchors"] = anchors.expand(enc_points.shape[0], -1, -1)  # (B, N, 4)
         reference = reference.detach()
         for i, layer in enumerate(self.layers):
             queries = layer(queries, memory, query_pos=self.query_pos(reference), memory_pos=memory_pos)

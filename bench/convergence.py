@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Convergence study: training recipes scored on held-out scenes at a fixed step budget.
+
+Each variant trains the demo config (`configs/demo_synthetic.py` unless --config) with its own
+overrides through `tools/train.py` (real Lightning, the demo's data), scores the validation
+scenes, never trained on, every --eval-every steps with `tools/test.py`'s metrics, and writes
+<out>/<variant>/curves.png (training loss and held-out metrics against the step). A table of
+the final scores goes to stdout and <out>/table.md; negative results stay in it.
+
+    python bench/convergence.py                                # every variant, 500 steps each
+    python bench/convergence.py --variants dense no_dense --steps 300
+    python bench/convergence.py --config CFG --cfg-options data_root=... --steps 2   # smoke run
+
+Wall time is the training process's (held-out scoring included), on whatever machine runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+# name: (what it tests, --cfg-options). "dense" is the shipped demo recipe; the others change one thing.
+VARIANTS = {
+    "dense": ("shipped recipe: dense one-to-many token loss (ATSS / lane assigner), hidden targets dropped", {}),
+    "no_dense": ("without the dense token loss (query selection trained on its top-k only, as before)",
+                 {"matcher.dense_weight": 0.0}),
+    "no_visibility_filter": ("hidden obstacles kept as targets (min_obstacle_visibility=0)",
+                             {"min_obstacle_visibility": 0.0}),
+    "old_recipe": ("before this study: no dense loss, hidden targets kept",
+                   {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
+}
+METRICS = (("nuscenes/mAP", "mAP"), ("nuscenes/NDS", "NDS"), ("lanes/F1", "lane F1"), ("lights/AP50", "light AP50"),
+           ("drivable/IoU", "drivable IoU"), ("drivable/IoU_bdd100k", "drivable IoU (BDD)"))
+
+
+def run_variant(name: str, options: dict, args) -> dict:
+    from perception.training.curves import read_curves
+
+    work_dir = os.path.join(args.out, name)
+    overrides = {"trainer.max_steps": args.steps, "heldout_eval_every_n_steps": args.eval_every,
+                 "trainer.enable_progress_bar": False, **dict(args.cfg_options), **options}
+    command = [sys.executable, os.path.join(ROOT, "tools", "train.py"), args.config, "--work-dir", work_dir,
+               "--cfg-options", *[f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
+                                  for k, v in overrides.items()]]
+    start = time.time()
+    log_path = os.path.join(args.out, f"{name}.log")
+    os.makedirs(args.out, exist_ok=True)
+    with open(log_path, "w") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    wall = time.time() - start
+    if code != 0:
+        raise SystemExit(f"variant {name} failed (exit {code}); see {log_path}")
+    curves = read_curves(os.path.join(work_dir, "csv", "metrics.csv"))
+    final = {key: curves[f"heldout/{key}"][-1][1] for key, _ in METRICS if f"heldout/{key}" in curves}
+    return {"name": name, "steps": args.steps, "wall_s": round(wall, 1), "metrics": final,
+            "curves": os.path.join(work_dir, "curves.png")}
+
+
+def table(rows: list[dict]) -> str:
+    header = "| variant | what changes | steps | wall | " + " | ".join(label for _, label in METRICS) + " |"
+    lines = [header, "|" + "---|" * (4 + len(METRICS))]
+    for row in rows:
+        scores = " | ".join(f"{row['metrics'][k]:.3f}" if k in row["metrics"] else "-" for k, _ in METRICS)
+        lines.append(f"| {row['name']} | {VARIANTS[row['name']][0]} | {row['steps']} | "
+                     f"{row['wall_s'] / 60:.1f} min | {scores} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    from mmengine.config import DictAction
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--config", default=os.path.join(ROOT, "configs", "demo_synthetic.py"))
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--eval-every", type=int, default=250, help="held-out scoring interval (steps)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "work_dirs", "convergence"))
+    parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={},
+                        help="overrides for every variant (e.g. data_root=... for a smoke run)")
+    args = parser.parse_args()
+    rows = []
+    for name in args.variants:
+        print(f"{name}: {VARIANTS[name][0]}", flush=True)
+        rows.append(run_variant(name, VARIANTS[name][1], args))
+        print("  " + ", ".join(f"{label} {rows[-1]['metrics'].get(k, float('nan')):.3f}" for k, label in METRICS)
+              + f"  ({rows[-1]['wall_s'] / 60:.1f} min; curves {rows[-1]['curves']})", flush=True)
+    text = table(rows)
+    print(text)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

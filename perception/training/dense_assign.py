@@ -1,0 +1,112 @@
+"""One-to-many assignment of memory tokens to ground truth, for the dense auxiliary losses.
+
+The DETR heads start their queries from the top-k tokens of a per-token score (query
+selection). Supervising only the selected tokens leaves the score untrained where it matters:
+at random initialisation the selected tokens are arbitrary, so the score never learns to find
+objects (measured: tokens inside objects ranked at chance, AUROC 0.53). Here every token gets a
+class target: a few tokens per object are positive, the rest negative (Co-DETR's auxiliary
+one-to-many supervision, with ATSS's assigner for boxes).
+
+Boxes, ATSS (Zhang et al. 2020): per FPN level the ``k`` anchors nearest to the object's centre
+are candidates; those whose IoU with the object reaches the candidates' mean + std and whose
+centre lies inside the object are positive; the nearest candidate always is (objects smaller
+than a cell). A token claimed by two objects goes to the one it overlaps more.
+
+Lanes: tokens within ``radius`` cells of the lane (horizontally, on a row the lane crosses) are
+candidates; the ``k`` whose current proposal fits the lane best are positive (SimOTA-style
+dynamic choice inside a geometric prior).
+"""
+
+from __future__ import annotations
+
+import torch
+from torchvision.ops import box_convert, box_iou
+
+
+def level_sizes(anchors: torch.Tensor) -> list[int]:
+    """Tokens per level [L] of anchors [N,4] laid out level by level (each level has its own anchor size)."""
+    return torch.unique_consecutive(anchors[:, 2], return_counts=True)[1].tolist()
+
+
+@torch.no_grad()
+def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.Tensor, aspect: float,
+                k: int = 3) -> torch.Tensor:
+    """Object index per token [N] (-1: negative).
+
+    anchors [N,4] cxcywh normalised, tokens ordered level by level (``level_sizes`` tokens each);
+    gt_boxes [M,4] cxcywh normalised; ``aspect`` = input width / height (distances in pixels' shape).
+    """
+    n, m = anchors.shape[0], gt_boxes.shape[0]
+    assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
+    if m == 0:
+        return assigned
+    scale = torch.tensor([aspect, 1.0], device=anchors.device)
+    distance = torch.cdist(anchors[:, :2] * scale, gt_boxes[:, :2] * scale)  # (N, M)
+    candidates, nearest = [], []
+    start = 0
+    for size in level_sizes:
+        top = distance[start:start + size].topk(min(k, size), dim=0, largest=False).indices + start  # (k, M)
+        candidates.append(top)
+        nearest.append(top[:1])
+        start += size
+    candidates = torch.cat(candidates)  # (L*k, M)
+    anchor_xyxy = box_convert(anchors, "cxcywh", "xyxy")
+    gt_xyxy = box_convert(gt_boxes, "cxcywh", "xyxy")
+    iou = box_iou(anchor_xyxy, gt_xyxy)  # (N, M)
+    candidate_iou = iou.gather(0, candidates)  # (L*k, M)
+    threshold = candidate_iou.mean(0) + candidate_iou.std(0, unbiased=False)  # (M,)
+    centre = anchors[candidates, :2]  # (L*k, M, 2)
+    inside = ((centre > gt_xyxy[None, :, :2]) & (centre < gt_xyxy[None, :, 2:])).all(-1)
+    positive = (candidate_iou >= threshold[None]) & inside
+    # The single nearest token of the whole pyramid is always positive: tiny objects fall between centres.
+    best_level = torch.stack([distance[t[0], torch.arange(m)] for t in nearest]).argmin(0)  # (M,)
+    always = torch.stack(nearest)[best_level, 0, torch.arange(m)]  # (M,)
+    claim = torch.full((n, m), -1.0, device=anchors.device)  # IoU of each positive (token, object)
+    token = candidates[positive]
+    obj = torch.nonzero(positive, as_tuple=True)[1]
+    claim[token, obj] = iou[token, obj]
+    claim[always, torch.arange(m)] = iou[always, torch.arange(m)].clamp(min=0.0) + 1.0  # wins any tie
+    best, index = claim.max(dim=1)
+    assigned[best >= 0] = index[best >= 0]
+    return assigned
+
+
+@torch.no_grad()
+def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
+                gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5) -> torch.Tensor:
+    """Lane index per token [N] (-1: negative).
+
+    anchors [N,4] cxcywh normalised (cell size from the level: w = 1 / level width); proposals [N,P]
+    the tokens' proposed x per row (normalised); gt_points [M,P] x per row, gt_visible [M,P] bool.
+    """
+    n, m = anchors.shape[0], gt_points.shape[0]
+    assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
+    if m == 0:
+        return assigned
+    num_rows = gt_points.shape[1]
+    # The anchor row nearest to each token's centre, and the token's cell width per level.
+    row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,)
+    cell = torch.cat([torch.full((s,), 1.0, device=anchors.device) for s in level_sizes])
+    start = 0
+    for size in level_sizes:
+        ys = anchors[start:start + size, 1].unique()
+        cell[start:start + size] = 1.0 / max(size // len(ys), 1)
+        start += size
+    lane_x = gt_points[:, row].T  # (N, M)
+    on_row = gt_visible[:, row].T  # (N, M)
+    near = on_row & ((anchors[:, :1] - lane_x).abs() <= radius * cell[:, None])
+    fit = (proposals[:, None] - gt_points[None]).abs()  # (N, M, P)
+    visible = gt_visible.float()[None]
+    cost = (fit * visible).sum(-1) / visible.sum(-1).clamp(min=1)  # (N, M)
+    cost = torch.where(near, cost, torch.full_like(cost, float("inf")))
+    claim = torch.full((n, m), float("inf"), device=anchors.device)
+    for j in range(m):
+        count = int(near[:, j].sum())
+        if count == 0:
+            continue
+        top = cost[:, j].topk(min(k, count), largest=False).indices
+        claim[top, j] = cost[top, j]
+    best, index = claim.min(dim=1)
+    keep = torch.isfinite(best)
+    assigned[keep] = index[keep]
+    return assigned

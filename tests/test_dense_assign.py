@@ -1,0 +1,75 @@
+"""The dense one-to-many assigners: few positives per object, on the object, every object served;
+and the dense outputs exist only in training (the exported graph never sees them)."""
+
+from __future__ import annotations
+
+import torch
+
+from perception.models.heads.query_memory import TokenMemory
+from perception.training.dense_assign import atss_assign, lane_assign, level_sizes
+
+
+def _anchors(height=224, width=448, channels=8, levels=(1, 2, 3)):
+    feats = [torch.zeros(1, channels, height // s, width // s) for s in (4, 8, 16, 32)]
+    _, _, anchors = TokenMemory(channels, 16, levels)(feats)
+    return anchors[0]
+
+
+def test_atss_gives_each_object_a_few_positives_inside_it():
+    anchors = _anchors()
+    boxes = torch.tensor([[0.3, 0.6, 0.2, 0.3], [0.8, 0.5, 0.02, 0.05], [0.5, 0.5, 0.6, 0.8]])  # cxcywh
+    assigned = atss_assign(anchors, level_sizes(anchors), boxes, aspect=2.0)
+    assert level_sizes(anchors) == [28 * 56, 14 * 28, 7 * 14]
+    for j in range(len(boxes)):
+        positives = torch.nonzero(assigned == j).flatten()
+        assert 1 <= len(positives) <= 9, (j, len(positives))
+        centre = anchors[positives, :2]
+        half = boxes[j, 2:] / 2 + 1.0 / 28  # inside, or the nearest cell for a box smaller than one
+        assert ((centre - boxes[j, :2]).abs() <= half).all()
+    assert (assigned == -1).sum() > 0.95 * len(anchors)
+
+
+def test_atss_without_objects_assigns_nothing():
+    anchors = _anchors()
+    assert (atss_assign(anchors, level_sizes(anchors), torch.zeros(0, 4), 2.0) == -1).all()
+
+
+def test_lane_assign_picks_few_tokens_on_the_lane():
+    anchors = _anchors()
+    rows = 24
+    lane_x = torch.linspace(0.45, 0.2, rows)  # bottom-left to the middle, normalised
+    visible = torch.zeros(1, rows, dtype=torch.bool)
+    visible[0, 8:] = True
+    proposals = anchors[:, :1].expand(-1, rows).clone()
+    assigned = lane_assign(anchors, level_sizes(anchors), proposals, lane_x[None].flip(1), visible, k=4)
+    positives = torch.nonzero(assigned == 0).flatten()
+    assert 1 <= len(positives) <= 4
+    row = (anchors[positives, 1] * rows).long()
+    assert visible[0, row].all()
+    assert ((anchors[positives, 0] - lane_x.flip(0)[row]).abs() <= 1.5 / 14 + 1e-6).all()
+
+
+def test_dense_outputs_only_in_training_and_the_dense_loss_trains_every_token():
+    from perception.models.heads.obstacles import ObstacleHead
+    from perception.training.matcher import HungarianMatcher
+    from perception.training.obstacle_loss import ObstacleCriterion
+
+    torch.manual_seed(0)
+    head = ObstacleHead(16, dim=32, num_queries=10, num_layers=1, ffn_dim=64)
+    feats = [torch.randn(2, 16, 224 // s, 448 // s) for s in (4, 8, 16, 32)]
+    assert not any(".dense." in k for k in head.eval()(feats))
+    outputs = head.train()(feats)
+    assert outputs["obstacles.dense.logits"].shape == (2, 28 * 56 + 14 * 28 + 7 * 14, 10)
+    target = {"boxes_xyxy": torch.tensor([[100.0, 100.0, 160.0, 150.0]]), "labels": torch.tensor([2]),
+              "center_uv": torch.tensor([[130.0, 125.0]]), "center_cam": torch.tensor([[0.0, 1.0, 20.0]]),
+              "size_wlh": torch.tensor([[1.9, 4.5, 1.6]]), "yaw": torch.tensor([0.3]),
+              "velocity": torch.zeros(1, 2), "attributes": torch.tensor([0]), "intrinsics": torch.eye(3) * 400}
+    targets = {"obstacles": {"valid": torch.tensor([True, True]), "input_size": (224, 448),
+                             "per_image": [target, target]}}
+    with_dense = ObstacleCriterion(HungarianMatcher(), dense_weight=1.0)(outputs, targets)["obstacle_cls"]
+    logits = outputs["obstacles.dense.logits"]
+    grad, = torch.autograd.grad(with_dense, logits, retain_graph=True)
+    assert (grad.abs().sum(-1) > 0).float().mean() > 0.99  # every token is told something
+    without = ObstacleCriterion(HungarianMatcher(), dense_weight=0.0)(outputs, targets)["obstacle_cls"]
+    grad_without, = torch.autograd.grad(without, logits, allow_unused=True)
+    assert grad_without is None or (grad_without.abs().sum(-1) > 0).sum() <= 2 * 10  # the selected top-k only
