@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Wall time and peak memory of each phase of `make demo`, measured from scratch.
 
-    python bench/demo_resources.py [--out /tmp/demo_bench]
+    python bench/demo_resources.py [--out /tmp/demo_bench] [--toy]
 
 Runs the generator, training and evaluation as `make demo` does, into a fresh folder,
 sampling the summed RSS of each phase's process tree (workers included) every 0.2 s.
@@ -61,17 +61,27 @@ def run_phase(name: str, command: list[str]) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="/tmp/perception_demo_bench")
+    parser.add_argument("--toy", action="store_true", help="tiny data and 2 training steps (a smoke run)")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
-    data, work = os.path.join(args.out, "data"), os.path.join(args.out, "work")
+    data, bdd, work = (os.path.join(args.out, name) for name in ("data", "bdd100k", "work"))
     python = sys.executable
+    size = ["--scenes", "3", "--samples-per-scene", "2", "--val-scenes", "1"] if args.toy else \
+        ["--scenes", "12", "--samples-per-scene", "16", "--val-scenes", "2"]
+    bdd_size = ["--videos", "3", "--frames-per-video", "2", "--val-videos", "1"] if args.toy else \
+        ["--videos", "12", "--frames-per-video", "16", "--val-videos", "3"]
+    options = [f"data_root={data}", f"bdd100k.data_root={bdd}"]
+    if args.toy:
+        options += ["trainer.max_steps=2", "heldout_eval_every_n_steps=0", "trainer.val_check_interval=2"]
     phases = [
-        ("generate", [python, "tools/make_synthetic_nuscenes.py", data, "--scenes", "12", "--samples-per-scene", "16",
-                      "--cameras", "6", "--image-size", "640x360", "--val-scenes", "2", "--seed", "0"]),
+        ("generate", [python, "tools/make_synthetic_nuscenes.py", data, *size, "--cameras", "6",
+                      "--image-size", "640x360", "--seed", "0"]),
+        ("bdd100k", [python, "tools/make_synthetic_bdd100k.py", bdd, *bdd_size, "--image-size", "640x360",
+                     "--seed", "0"]),
         ("train", [python, "tools/train.py", "configs/demo_synthetic.py", "--work-dir", work,
-                   "--cfg-options", f"data_root={data}"]),
+                   "--cfg-options", *options]),
         ("test", [python, "tools/test.py", "configs/demo_synthetic.py", os.path.join(work, "checkpoints", "last.ckpt"),
-                  "--work-dir", work, "--cfg-options", f"data_root={data}"]),
+                  "--work-dir", work, "--cfg-options", *options]),
     ]
     results = [run_phase(name, command) for name, command in phases]
     wall, peak = sum(r[0] for r in results), max(r[1] for r in results)

@@ -51,6 +51,7 @@ class ObstacleHeadConfig:
     num_heads: int = 4
     ffn_dim: int = 512
     levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
+    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class LaneHeadConfig:
     ffn_dim: int = 256
     num_points: int = 24  # row anchors spread over the input height (perception.models.heads.lane_coding)
     levels: tuple = (1, 2, 3)
+    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class LightHeadConfig:
     num_heads: int = 4
     ffn_dim: int = 256
     levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
+    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
 
 
 @dataclass

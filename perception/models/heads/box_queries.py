@@ -36,10 +36,11 @@ class BoxQueryHead(nn.Module):
     prefix = "boxes"
 
     def __init__(self, in_channels: int, num_classes: int, dim: int = 128, num_queries: int = 100,
-                 num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512, levels: tuple[int, ...] = (1, 2, 3)):
+                 num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512, levels: tuple[int, ...] = (1, 2, 3),
+                 memory_convs: int = 0):
         super().__init__()
         self.dim, self.num_queries, self.num_classes = dim, num_queries, num_classes
-        self.memory = TokenMemory(in_channels, dim, levels)
+        self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
         self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.enc_class = nn.Linear(dim, num_classes)
         self.enc_box = MLP(dim, dim, 4, 3)

@@ -41,10 +41,10 @@ class LaneHead(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
-                 levels: tuple[int, ...] = (1, 2, 3)):
+                 levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0):
         super().__init__()
         self.dim, self.num_queries, self.num_classes, self.num_points = dim, num_queries, num_classes, num_points
-        self.memory = TokenMemory(in_channels, dim, levels)
+        self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
         self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.enc_class = nn.Linear(dim, num_classes)
         self.register_buffer("basis", row_basis(num_points), persistent=False)  # (P, K)

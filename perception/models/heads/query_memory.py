@@ -47,22 +47,42 @@ class MLP(nn.Module):
         return x
 
 
-class TokenMemory(nn.Module):
-    """FPN levels -> (tokens [B,N,D], positions [1,N,D], anchors [1,N,4] cxcywh normalised)."""
+class ConvTower(nn.Module):
+    """Residual 3x3 conv blocks shared by every level (FCOS-style tower): per-token context for the
+    dense proposals, which a 1x1 projection of a narrow FPN level lacks."""
 
-    def __init__(self, in_channels: int, dim: int, levels: tuple[int, ...]):
+    def __init__(self, dim: int, num_convs: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(dim, dim, 3, padding=1), nn.GroupNorm(min(32, dim // 4), dim), nn.ReLU())
+            for _ in range(num_convs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+class TokenMemory(nn.Module):
+    """FPN levels -> (tokens [B,N,D], positions [1,N,D], anchors [1,N,4] cxcywh normalised).
+
+    ``num_convs`` residual 3x3 conv blocks (shared by the levels) run on each projected level.
+    """
+
+    def __init__(self, in_channels: int, dim: int, levels: tuple[int, ...], num_convs: int = 0):
         super().__init__()
         self.levels = tuple(levels)
         self.dim = dim
         self.input_proj = nn.ModuleList(
             nn.Sequential(nn.Conv2d(in_channels, dim, 1), nn.GroupNorm(min(32, dim // 4), dim)) for _ in self.levels)
+        self.tower = ConvTower(dim, num_convs)
         self.level_embed = nn.Parameter(torch.zeros(len(self.levels), dim))
         nn.init.normal_(self.level_embed, std=0.02)
 
     def forward(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tokens, positions, anchors = [], [], []
         for i, (level_index, proj) in enumerate(zip(self.levels, self.input_proj)):
-            x = proj(levels[level_index])  # (B, D, H, W)
+            x = self.tower(proj(levels[level_index]))  # (B, D, H, W)
             _, _, height, width = x.shape
             tokens.append(x.flatten(2).transpose(1, 2))  # (B, H*W, D)
             positions.append(sine_encoding_2d(height, width, self.dim, x.device) + self.level_embed[i])

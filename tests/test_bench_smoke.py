@@ -1,0 +1,75 @@
+"""Every benchmark script runs at toy size (a smoke run: no figures are checked, only that it works).
+
+Benchmarks measure; these tests keep them from rotting when the code they time changes
+(bench/data_loading.py and bench/train_step_rate.py once crashed on targets missing new keys).
+bench/gpu_deployment.py needs CUDA and runs under the ``gpu`` marker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, NO_ALBUMENTATIONS_UPDATE="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+
+
+def run_bench(*args: str, timeout: int = 600) -> str:
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{args[0]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_train_step_rate_smoke():
+    out = run_bench("bench/train_step_rate.py", "--configs", "configs/demo_synthetic.py", "--steps", "1",
+                    "--warmup", "0")
+    assert "steps/s" in out
+
+
+def test_data_loading_smoke():
+    out = run_bench("bench/data_loading.py", "--items", "2")
+    assert "images/s per worker" in out
+
+
+def test_network_cost_smoke():
+    out = run_bench("bench/network_cost.py", "--config", "configs/demo_synthetic.py", "--batch", "1", "--runs", "1")
+    assert "GFLOPs" in out or "GFLOP" in out
+
+
+def test_forecast_latency_smoke():
+    out = run_bench("bench/forecast_latency.py", "--batches", "1", "--repeats", "1")
+    assert "ms" in out
+
+
+@pytest.mark.slow
+@pytest.mark.onnx
+def test_deployment_latency_smoke():
+    out = run_bench("bench/deployment_latency.py", "--config", "configs/demo_synthetic.py", "--batch", "1", "--runs",
+                    "1", "--warmup", "0", "--threads", "2")
+    assert "ms" in out
+
+
+@pytest.mark.slow
+def test_demo_resources_smoke(tmp_path):
+    out = run_bench("bench/demo_resources.py", "--toy", "--out", str(tmp_path / "demo"))
+    assert "total" in out
+
+
+@pytest.mark.slow
+def test_convergence_study_smoke(small_dataset, bdd_dataset, tmp_path):
+    out = run_bench("bench/convergence.py", "--variants", "demo", "no_dense", "--steps", "2", "--eval-every", "0",
+                    "--out", str(tmp_path / "study"), "--cfg-options", f"data_root={small_dataset}",
+                    f"bdd100k.data_root={bdd_dataset}", "trainer.val_check_interval=2", "val_batch_size=8")
+    assert "| demo |" in out and "| no_dense |" in out
+    assert os.path.isfile(tmp_path / "study" / "demo" / "curves.png")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_deployment_smoke():
+    run_bench("bench/gpu_deployment.py", "--runs", "1")
