@@ -51,16 +51,15 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
     from perception.training.obstacle_loss import ObstacleCriterion
 
     criteria, heads, m = {}, cfg.model.heads, cfg.matcher
+    dense = dict(dense_weight=m.dense_weight, dense_class_positives=m.dense_class_positives)
     if heads.drivable is not None:
         criteria["drivable"] = DrivableCriterion()
     if heads.obstacles is not None:
-        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou),
-                                                  dense_weight=m.dense_weight)
+        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
     if heads.lanes is not None:
-        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight)
+        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), **dense)
     if heads.lights is not None:
-        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou),
-                                            dense_weight=m.dense_weight)
+        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
     return criteria
 
 

@@ -94,6 +94,10 @@ class MatcherConfig:
     # Weight of the dense one-to-many losses on every memory token (perception.training.dense_assign),
     # added to the set losses of the same names; trains query selection. 0 turns them off.
     dense_weight: float = 1.0
+    # "all": every token the assigner picks is a class positive; "one": only each object's best token
+    # is (the others still regress but are left out of the class loss), so query selection is not
+    # filled with duplicates of one object.
+    dense_class_positives: str = "all"
 
 
 @dataclass
@@ -363,6 +367,9 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    if cfg.matcher.dense_class_positives not in ("all", "one"):
+        raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
+                          f"{cfg.matcher.dense_class_positives!r}")
     if not 0.0 <= cfg.min_obstacle_visibility < 1.0:
         raise ConfigError(f"min_obstacle_visibility must be in [0, 1), got {cfg.min_obstacle_visibility}")
     low, high = cfg.augment.scale_range

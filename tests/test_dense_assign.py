@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from perception.models.heads.query_memory import TokenMemory
-from perception.training.dense_assign import atss_assign, lane_assign, level_sizes
+from perception.training.dense_assign import atss_assign, best_of_each, lane_assign, level_sizes
 
 
 def _anchors(height=224, width=448, channels=8, levels=(1, 2, 3)):
@@ -18,7 +18,7 @@ def _anchors(height=224, width=448, channels=8, levels=(1, 2, 3)):
 def test_atss_gives_each_object_a_few_positives_inside_it():
     anchors = _anchors()
     boxes = torch.tensor([[0.3, 0.6, 0.2, 0.3], [0.8, 0.5, 0.02, 0.05], [0.5, 0.5, 0.6, 0.8]])  # cxcywh
-    assigned = atss_assign(anchors, level_sizes(anchors), boxes, aspect=2.0)
+    assigned, quality = atss_assign(anchors, level_sizes(anchors), boxes, aspect=2.0)
     assert level_sizes(anchors) == [28 * 56, 14 * 28, 7 * 14]
     for j in range(len(boxes)):
         positives = torch.nonzero(assigned == j).flatten()
@@ -27,11 +27,13 @@ def test_atss_gives_each_object_a_few_positives_inside_it():
         half = boxes[j, 2:] / 2 + 1.0 / 28  # inside, or the nearest cell for a box smaller than one
         assert ((centre - boxes[j, :2]).abs() <= half).all()
     assert (assigned == -1).sum() > 0.95 * len(anchors)
+    best = best_of_each(assigned[None], quality[None])[0]
+    assert best.sum() == len(boxes) and set(assigned[best].tolist()) == {0, 1, 2}
 
 
 def test_atss_without_objects_assigns_nothing():
     anchors = _anchors()
-    assert (atss_assign(anchors, level_sizes(anchors), torch.zeros(0, 4), 2.0) == -1).all()
+    assert (atss_assign(anchors, level_sizes(anchors), torch.zeros(0, 4), 2.0)[0] == -1).all()
 
 
 def test_lane_assign_picks_few_tokens_on_the_lane():
@@ -41,7 +43,7 @@ def test_lane_assign_picks_few_tokens_on_the_lane():
     visible = torch.zeros(1, rows, dtype=torch.bool)
     visible[0, 8:] = True
     proposals = anchors[:, :1].expand(-1, rows).clone()
-    assigned = lane_assign(anchors, level_sizes(anchors), proposals, lane_x[None].flip(1), visible, k=4)
+    assigned, _ = lane_assign(anchors, level_sizes(anchors), proposals, lane_x[None].flip(1), visible, k=4)
     positives = torch.nonzero(assigned == 0).flatten()
     assert 1 <= len(positives) <= 4
     row = (anchors[positives, 1] * rows).long()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import box_convert, generalized_box_iou_loss, sigmoid_focal_loss
 
-from perception.training.dense_assign import atss_assign, level_sizes
+from perception.training.dense_assign import atss_assign, best_of_each, level_sizes
 from perception.training.matcher import HungarianMatcher
 
 
@@ -57,12 +57,15 @@ class SetCriterion(nn.Module):
     loss_names: tuple[str, ...] = ()
 
     def __init__(self, matcher: nn.Module, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0):
-        """``dense_weight``: weight of the dense one-to-many losses (0: off), added to the same loss names."""
+                 dense_weight: float = 1.0, dense_class_positives: str = "all"):
+        """``dense_weight``: weight of the dense one-to-many losses (0: off), added to the same loss names;
+        ``dense_class_positives``: "all" or "one" (``dense_class_loss``)."""
         super().__init__()
+        if dense_class_positives not in ("all", "one"):
+            raise ValueError(f"dense_class_positives must be 'all' or 'one', got {dense_class_positives!r}")
         self.matcher = matcher
         self.focal_alpha, self.focal_gamma = focal_alpha, focal_gamma
-        self.dense_weight = dense_weight
+        self.dense_weight, self.dense_class_positives = dense_weight, dense_class_positives
 
     def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
         raise NotImplementedError
@@ -103,17 +106,29 @@ class SetCriterion(nn.Module):
         """One-to-many losses over every token (perception.training.dense_assign)."""
         raise NotImplementedError
 
-    def dense_class_loss(self, logits: torch.Tensor, assigned: torch.Tensor, targets: list[dict]) -> torch.Tensor:
-        """Focal loss over all tokens: logits [B,N,C], assigned [B,N] target index or -1; per positive."""
+    def dense_class_loss(self, logits: torch.Tensor, assigned: torch.Tensor, quality: torch.Tensor,
+                         targets: list[dict]) -> torch.Tensor:
+        """Focal loss over all tokens: logits [B,N,C], assigned [B,N] target index or -1, quality [B,N].
+
+        ``dense_class_positives`` "all": every assigned token is a class positive; "one": only the
+        best token of each object is, its other positives are left out of the class loss (they still
+        regress), so query selection picks one token per object.
+        """
+        positive = assigned >= 0
+        weight = torch.ones_like(logits[..., :1])
+        if self.dense_class_positives == "one":
+            best = best_of_each(assigned, quality)
+            weight[positive & ~best] = 0.0
+            positive = best
         target_classes = torch.zeros_like(logits)
-        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
+        batch_index, token_index = torch.nonzero(positive, as_tuple=True)
         labels = torch.cat([t["labels"] for t in targets])
         offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=logits.device).cumsum(0)
         flat = offsets[batch_index] + assigned[batch_index, token_index]
         target_classes[batch_index, token_index, labels[flat]] = 1.0
         num_positive = max(len(batch_index), 1)
-        return sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma,
-                                  reduction="sum") / num_positive
+        loss = sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma, reduction="none")
+        return (loss * weight).sum() / num_positive
 
 
 class BoxSetCriterion(SetCriterion):
@@ -122,8 +137,8 @@ class BoxSetCriterion(SetCriterion):
     loss_prefix = ""
 
     def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0):
-        super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma, dense_weight)
+                 dense_weight: float = 1.0, dense_class_positives: str = "all"):
+        super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
 
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (xyxy input-image pixels) -> labels and normalised cxcywh boxes."""
@@ -161,9 +176,10 @@ class BoxSetCriterion(SetCriterion):
         anchors = pred["anchors"][0]  # (N, 4), the same for every image
         sizes = level_sizes(anchors)
         aspect = input_size[1] / input_size[0]  # distances measured in the image's shape
-        assigned = torch.stack([atss_assign(anchors, sizes, t["boxes"], aspect) for t in targets])  # (B, N)
+        assigned, quality = (torch.stack(v) for v in zip(*[atss_assign(anchors, sizes, t["boxes"], aspect)
+                                                             for t in targets]))  # (B, N) each
         p = self.loss_prefix
-        losses = {f"{p}_cls": self.dense_class_loss(pred["logits"], assigned, targets)}
+        losses = {f"{p}_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
         batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
         num_positive = max(len(batch_index), 1)
         gt = torch.cat([t["boxes"] for t in targets])

@@ -30,8 +30,8 @@ def level_sizes(anchors: torch.Tensor) -> list[int]:
 
 @torch.no_grad()
 def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.Tensor, aspect: float,
-                k: int = 3) -> torch.Tensor:
-    """Object index per token [N] (-1: negative).
+                k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(object index per token [N] (-1: negative), quality [N] of each assignment, higher = better).
 
     anchors [N,4] cxcywh normalised, tokens ordered level by level (``level_sizes`` tokens each);
     gt_boxes [M,4] cxcywh normalised; ``aspect`` = input width / height (distances in pixels' shape).
@@ -39,7 +39,7 @@ def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.T
     n, m = anchors.shape[0], gt_boxes.shape[0]
     assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
     if m == 0:
-        return assigned
+        return assigned, torch.zeros(n, device=anchors.device)
     scale = torch.tensor([aspect, 1.0], device=anchors.device)
     distance = torch.cdist(anchors[:, :2] * scale, gt_boxes[:, :2] * scale)  # (N, M)
     candidates, nearest = [], []
@@ -68,13 +68,13 @@ def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.T
     claim[always, torch.arange(m)] = iou[always, torch.arange(m)].clamp(min=0.0) + 1.0  # wins any tie
     best, index = claim.max(dim=1)
     assigned[best >= 0] = index[best >= 0]
-    return assigned
+    return assigned, best
 
 
 @torch.no_grad()
 def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
-                gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5) -> torch.Tensor:
-    """Lane index per token [N] (-1: negative).
+                gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lane index per token [N] (-1: negative), quality [N]: minus the proposal's fit cost).
 
     anchors [N,4] cxcywh normalised (cell size from the level: w = 1 / level width); proposals [N,P]
     the tokens' proposed x per row (normalised); gt_points [M,P] x per row, gt_visible [M,P] bool.
@@ -82,7 +82,7 @@ def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.
     n, m = anchors.shape[0], gt_points.shape[0]
     assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
     if m == 0:
-        return assigned
+        return assigned, torch.zeros(n, device=anchors.device)
     num_rows = gt_points.shape[1]
     # The anchor row nearest to each token's centre, and the token's cell width per level.
     row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,)
@@ -109,4 +109,19 @@ def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.
     best, index = claim.min(dim=1)
     keep = torch.isfinite(best)
     assigned[keep] = index[keep]
-    return assigned
+    return assigned, torch.where(keep, -best, torch.zeros_like(best))
+
+
+def best_of_each(assigned: torch.Tensor, quality: torch.Tensor) -> torch.Tensor:
+    """[B,N] bool: per image, the one best-quality token of each object among its positives.
+
+    Used as the only class positive when ``dense_class_positives == "one"``: query selection takes
+    the top-k tokens by class score, and several positives per object fill the k queries with
+    duplicates of the same object.
+    """
+    best = torch.zeros_like(assigned, dtype=torch.bool)
+    for b in range(assigned.shape[0]):
+        for j in assigned[b][assigned[b] >= 0].unique().tolist():
+            tokens = torch.nonzero(assigned[b] == j).flatten()
+            best[b, tokens[quality[b, tokens].argmax()]] = True
+    return best

@@ -56,8 +56,8 @@ class LaneCriterion(SetCriterion):
     loss_names = LOSS_NAMES
 
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0):
-        super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight)
+                 dense_weight: float = 1.0, dense_class_positives: str = "all"):
+        super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
 
     def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
                      input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -65,9 +65,10 @@ class LaneCriterion(SetCriterion):
         focal class loss over all tokens, L1 of the positives' points over the lane's visible rows."""
         anchors = pred["anchors"][0]  # (N, 4)
         sizes = level_sizes(anchors)
-        assigned = torch.stack([lane_assign(anchors, sizes, pred["points"][i].detach(), t["points"], t["visible"])
-                                for i, t in enumerate(targets)])  # (B, N)
-        losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, targets)}
+        assigned, quality = (torch.stack(v) for v in zip(*[
+            lane_assign(anchors, sizes, pred["points"][i].detach(), t["points"], t["visible"])
+            for i, t in enumerate(targets)]))  # (B, N) each
+        losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
         batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
         offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=anchors.device).cumsum(0)
         flat = offsets[batch_index] + assigned[batch_index, token_index]
