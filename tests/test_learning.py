@@ -18,6 +18,7 @@ from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_d
 
 
 @pytest.mark.slow
+@pytest.mark.overfit
 def test_tiny_model_overfits_drivable_area(small_dataset):
     torch.manual_seed(0)
     cfg = parse_config(experiment_dict(
@@ -60,6 +61,7 @@ LANE_LIGHT_FLOORS = {"lanes/F1_bdd100k": 0.3, "lights/AP50": 0.2, "drivable/IoU_
 
 
 @pytest.mark.slow
+@pytest.mark.overfit
 def test_tiny_model_overfits_lanes_and_lights(small_dataset, bdd_dataset, tmp_path):
     """Overfit the 6 BDD100K-format validation frames with the lane, light and drivable heads, then
     score them with the lane F1 and pycocotools. nuScenes images would add drivable labels only."""
@@ -101,6 +103,7 @@ OBSTACLE_MODEL = dict(
 
 
 @pytest.mark.slow
+@pytest.mark.overfit
 def test_tiny_model_overfits_obstacles_to_a_nontrivial_nuscenes_map(small_dataset, tmp_path):
     """Overfit the 24 camera images of the validation scene, then score them with the devkit."""
     from perception.evaluation.evaluate import evaluate

@@ -29,11 +29,11 @@ def level_sizes(anchors: torch.Tensor) -> list[int]:
 
 
 @torch.no_grad()
-def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.Tensor, aspect: float,
+def atss_assign(anchors: torch.Tensor, sizes: list[int], gt_boxes: torch.Tensor, aspect: float,
                 k: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     """(object index per token [N] (-1: negative), quality [N] of each assignment, higher = better).
 
-    anchors [N,4] cxcywh normalised, tokens ordered level by level (``level_sizes`` tokens each);
+    anchors [N,4] cxcywh normalised, tokens ordered level by level (``sizes[l]`` tokens in level l);
     gt_boxes [M,4] cxcywh normalised; ``aspect`` = input width / height (distances in pixels' shape).
     """
     n, m = anchors.shape[0], gt_boxes.shape[0]
@@ -44,7 +44,7 @@ def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.T
     distance = torch.cdist(anchors[:, :2] * scale, gt_boxes[:, :2] * scale)  # (N, M)
     candidates, nearest = [], []
     start = 0
-    for size in level_sizes:
+    for size in sizes:
         top = distance[start:start + size].topk(min(k, size), dim=0, largest=False).indices + start  # (k, M)
         candidates.append(top)
         nearest.append(top[:1])
@@ -59,20 +59,21 @@ def atss_assign(anchors: torch.Tensor, level_sizes: list[int], gt_boxes: torch.T
     inside = ((centre > gt_xyxy[None, :, :2]) & (centre < gt_xyxy[None, :, 2:])).all(-1)
     positive = (candidate_iou >= threshold[None]) & inside
     # The single nearest token of the whole pyramid is always positive: tiny objects fall between centres.
-    best_level = torch.stack([distance[t[0], torch.arange(m)] for t in nearest]).argmin(0)  # (M,)
-    always = torch.stack(nearest)[best_level, 0, torch.arange(m)]  # (M,)
+    objects = torch.arange(m, device=anchors.device)
+    best_level = torch.stack([distance[t[0], objects] for t in nearest]).argmin(0)  # (M,)
+    always = torch.stack(nearest)[best_level, 0, objects]  # (M,)
     claim = torch.full((n, m), -1.0, device=anchors.device)  # IoU of each positive (token, object)
     token = candidates[positive]
     obj = torch.nonzero(positive, as_tuple=True)[1]
     claim[token, obj] = iou[token, obj]
-    claim[always, torch.arange(m)] = iou[always, torch.arange(m)].clamp(min=0.0) + 1.0  # wins any tie
+    claim[always, objects] = iou[always, objects].clamp(min=0.0) + 1.0  # wins any tie
     best, index = claim.max(dim=1)
     assigned[best >= 0] = index[best >= 0]
     return assigned, best
 
 
 @torch.no_grad()
-def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
+def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
                 gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
     """(lane index per token [N] (-1: negative), quality [N]: minus the proposal's fit cost).
 
@@ -86,9 +87,9 @@ def lane_assign(anchors: torch.Tensor, level_sizes: list[int], proposals: torch.
     num_rows = gt_points.shape[1]
     # The anchor row nearest to each token's centre, and the token's cell width per level.
     row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,)
-    cell = torch.cat([torch.full((s,), 1.0, device=anchors.device) for s in level_sizes])
+    cell = torch.cat([torch.full((s,), 1.0, device=anchors.device) for s in sizes])
     start = 0
-    for size in level_sizes:
+    for size in sizes:
         ys = anchors[start:start + size, 1].unique()
         cell[start:start + size] = 1.0 / max(size // len(ys), 1)
         start += size
