@@ -37,6 +37,8 @@ VARIANTS = {
     "no_visibility_filter": ("hidden obstacles kept as targets (min_obstacle_visibility=0)",
                              {"min_obstacle_visibility": 0.0}),
     "conv_tower": ("plus two residual 3x3 conv blocks on every head's memory tokens", TOWER),
+    "one_class_positive": ("only each object's best token is a dense class positive (fewer duplicate queries)",
+                           {"matcher.dense_class_positives": "one"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
