@@ -48,6 +48,14 @@ def gather_matched(matches: list[tuple[torch.Tensor, torch.Tensor]], targets: li
     return batch_index, query_index, matched
 
 
+def assigned_pairs(mask: torch.Tensor, assigned: torch.Tensor, targets: list[dict]):
+    """(image index [K], token index [K], index into the targets concatenated over images [K]) of the
+    tokens where ``mask`` [B,N] holds; ``assigned`` [B,N] is each token's target index in its image."""
+    batch_index, token_index = torch.nonzero(mask, as_tuple=True)
+    offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=assigned.device).cumsum(0)
+    return batch_index, token_index, offsets[batch_index] + assigned[batch_index, token_index]
+
+
 class SetCriterion(nn.Module):
     """Skeleton of a set criterion: keep the labelled images, encode their targets once, then
     match and score every prefix (final, auxiliary layers, proposals). Subclasses set ``task``
@@ -121,11 +129,8 @@ class SetCriterion(nn.Module):
             weight[positive & ~best] = 0.0
             positive = best
         target_classes = torch.zeros_like(logits)
-        batch_index, token_index = torch.nonzero(positive, as_tuple=True)
-        labels = torch.cat([t["labels"] for t in targets])
-        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=logits.device).cumsum(0)
-        flat = offsets[batch_index] + assigned[batch_index, token_index]
-        target_classes[batch_index, token_index, labels[flat]] = 1.0
+        batch_index, token_index, flat = assigned_pairs(positive, assigned, targets)
+        target_classes[batch_index, token_index, torch.cat([t["labels"] for t in targets])[flat]] = 1.0
         num_positive = max(len(batch_index), 1)
         loss = sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma, reduction="none")
         return (loss * weight).sum() / num_positive
@@ -180,11 +185,9 @@ class BoxSetCriterion(SetCriterion):
                                                              for t in targets]))  # (B, N) each
         p = self.loss_prefix
         losses = {f"{p}_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
-        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
+        batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         num_positive = max(len(batch_index), 1)
-        gt = torch.cat([t["boxes"] for t in targets])
-        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=gt.device).cumsum(0)
-        target_boxes = gt[offsets[batch_index] + assigned[batch_index, token_index]]
+        target_boxes = torch.cat([t["boxes"] for t in targets])[flat]
         boxes = pred["boxes"][batch_index, token_index]
         losses[f"{p}_l1"] = F.l1_loss(boxes, target_boxes, reduction="sum") / num_positive
         losses[f"{p}_giou"] = generalized_box_iou_loss(

@@ -14,7 +14,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import nn
 
 from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
-from perception.training.box_set_loss import SetCriterion, gather_matched
+from perception.training.box_set_loss import SetCriterion, assigned_pairs, gather_matched
 from perception.training.dense_assign import lane_assign, level_sizes
 from perception.training.matcher import focal_class_cost
 
@@ -69,9 +69,7 @@ class LaneCriterion(SetCriterion):
             lane_assign(anchors, sizes, pred["points"][i].detach(), t["points"], t["visible"])
             for i, t in enumerate(targets)]))  # (B, N) each
         losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
-        batch_index, token_index = torch.nonzero(assigned >= 0, as_tuple=True)
-        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=anchors.device).cumsum(0)
-        flat = offsets[batch_index] + assigned[batch_index, token_index]
+        batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         gt_points = torch.cat([t["points"] for t in targets])[flat]
         visible = torch.cat([t["visible"] for t in targets])[flat].float()
         distance = (pred["points"][batch_index, token_index] - gt_points).abs()
