@@ -31,14 +31,14 @@ sys.path.insert(0, ROOT)
 # ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe).
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
-    "demo": ("shipped: dense one-to-many token loss, hidden targets dropped", {}),
+    "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped", {}),
+    "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
+                            {"matcher.dense_class_positives": "all"}),
     "no_dense": ("without the dense token loss (query selection learns from its own top-k only)",
                  {"matcher.dense_weight": 0.0}),
     "no_visibility_filter": ("hidden obstacles kept as targets (min_obstacle_visibility=0)",
                              {"min_obstacle_visibility": 0.0}),
     "conv_tower": ("plus two residual 3x3 conv blocks on every head's memory tokens", TOWER),
-    "one_class_positive": ("only each object's best token is a dense class positive (fewer duplicate queries)",
-                           {"matcher.dense_class_positives": "one"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

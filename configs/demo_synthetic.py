@@ -2,7 +2,7 @@
 # blocks) on synthetic data written by the project in the real formats: nuScenes
 # (tools/make_synthetic_nuscenes.py: drivable area, 3D obstacles, map-derived lanes) mixed with
 # BDD100K (tools/make_synthetic_bdd100k.py: traffic lights with colour, lanes, drivable area).
-# Each task learns only from the images that carry its labels. About 17 minutes on 2 cores.
+# Each task learns only from the images that carry its labels. About 15 minutes on 2 cores.
 #
 # The query heads learn from the image (dense one-to-many token loss, matcher.dense_weight; hidden
 # obstacles dropped from the targets, min_obstacle_visibility) and score on the held-out scenes,
@@ -31,6 +31,9 @@ model = dict(
         lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2]),
     ),
 )
+# Only each object's best token is a dense class positive: query selection then picks one token per
+# object instead of several duplicates (convergence study: light AP50 0.35 vs 0.26, lane F1 0.08 vs 0.00).
+matcher = dict(dense_class_positives="one")
 # The drivable losses are weighted up so they keep their share of the gradient next to three set losses.
 loss_weights = dict(drivable_ce=5.0, drivable_dice=5.0)
 optimizer = dict(lr=1e-3, weight_decay=0.01, backbone_lr_mult=1.0)
