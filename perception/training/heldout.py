@@ -19,16 +19,12 @@ CURVE_METRICS = ("nuscenes/mAP", "nuscenes/NDS", "lanes/F1", "lights/AP50", "dri
 
 
 class HeldOutEvaluation(L.Callback):
-    def __init__(self, cfg, work_dir: str, every_n_steps: int, at_start: bool = False):
-        """``cfg``: the parsed ExperimentConfig; ``at_start``: also score the untrained model (step 0)."""
+    def __init__(self, cfg, work_dir: str, every_n_steps: int):
+        """``cfg``: the parsed ExperimentConfig."""
         super().__init__()
-        self.cfg, self.every_n_steps, self.at_start = cfg, every_n_steps, at_start
+        self.cfg, self.every_n_steps = cfg, every_n_steps
         self.directory = os.path.join(work_dir, "heldout")
         self.last_step = -1
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.at_start and trainer.global_step == 0:
-            self._score(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every_n_steps > 0 and trainer.global_step % self.every_n_steps == 0:
