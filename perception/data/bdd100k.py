@@ -31,6 +31,7 @@ from perception.data.camera_dataset import (
     normalize_image,
 )
 from perception.data.drivable_projection import IGNORE_INDEX
+from perception.data.image_io import read_image_file
 from perception.data.transforms import CameraTransform
 from perception.models.heads.lane_coding import LANE_CLASSES
 from perception.models.heads.lights import LIGHT_STATES
@@ -146,9 +147,7 @@ def read_drivable_mask(path: str | None) -> np.ndarray | None:
     when the image has no mask: 0 direct / 1 alternative -> drivable, 2 background -> not."""
     if path is None:
         return None
-    raw = cv2.imread(path, cv2.IMREAD_UNCHANGED)
-    if raw is None:
-        raise ImageReadError(f"drivable mask {path} is unreadable")
+    raw = read_image_file(path, cv2.IMREAD_UNCHANGED, "drivable mask")
     raw = raw if raw.ndim == 2 else raw[..., 0]
     return np.where(raw <= 1, 1, np.where(raw == 2, 0, IGNORE_INDEX)).astype(np.uint8)
 

@@ -12,14 +12,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from perception.data.image_io import ImageReadError, read_image_file  # noqa: F401  (ImageReadError: re-exported)
 from perception.data.mask_codec import read_mask
 from perception.data.sampling import item_index, item_rng
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform, GeometryParams
 from perception.models.heads.obstacle_coding import attribute_index
-
-
-class ImageReadError(RuntimeError):
-    pass
 
 
 def read_image_rgb(path: str, half: bool = False) -> np.ndarray:
@@ -28,11 +25,7 @@ def read_image_rgb(path: str, half: bool = False) -> np.ndarray:
     ``half``: decode at half resolution in the JPEG decoder's DCT domain (about 3x faster for
     1600x900); pixel j of the result covers original pixels [2j, 2j+2), i.e. x_half = x / 2.
     """
-    if not os.path.isfile(path):
-        raise ImageReadError(f"camera image {path} does not exist; check data_root and that the dataset is complete")
-    image = cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR)
-    if image is None:
-        raise ImageReadError(f"camera image {path} could not be decoded (corrupt or truncated file)")
+    image = read_image_file(path, cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR, "camera image")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
