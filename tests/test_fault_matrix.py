@@ -61,3 +61,40 @@ def test_a_truncated_bdd_drivable_mask_is_named(bdd_dataset, tmp_path):
     _truncate(info["drivable_mask"], 0.5)
     with pytest.raises(ImageReadError, match=re.escape(info["drivable_mask"]) + ".*truncated PNG"):
         read_drivable_mask(info["drivable_mask"])
+
+
+def test_non_finite_outputs_of_a_detr_head_skip_the_step_instead_of_crashing_the_matcher(small_dataset, tmp_path):
+    """Before: optimizer.lr=1e6 died at step 1 inside scipy's Hungarian solver ("matrix contains
+    invalid numeric entries"); now the guard skips steps within the budget, then stops naming the losses."""
+    from mmengine.config import Config
+
+    from perception.training.runner import train
+    from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
+
+    heads = dict(drivable=dict(channels=32, num_classes=2), obstacles=dict(dim=32, num_queries=20, ffn_dim=64),
+                 lanes=dict(dim=32, num_queries=10, ffn_dim=64))
+    weights = {k: v for k, v in ALL_LOSS_WEIGHTS.items() if not k.startswith("light")}
+    cfg = experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=heads), loss_weights=weights,
+                          optimizer=dict(lr=1e6, weight_decay=0.0, backbone_lr_mult=1.0),
+                          scheduler=dict(warmup_steps=0), faults=dict(max_nonfinite_steps=1))
+    cfg["trainer"] |= dict(max_steps=6, limit_val_batches=0)
+    with pytest.raises(FloatingPointError, match=r"(?s)obstacle_cls=nan.*lane_cls=nan.*max_nonfinite_steps=1"):
+        train(Config(cfg), str(tmp_path / "work"))
+
+
+@pytest.mark.parametrize("task", ["obstacles", "lanes", "lights"])
+def test_set_criteria_return_nan_losses_for_non_finite_outputs(task):
+    import torch
+
+    from perception.build import build_criteria, build_model
+    from perception.config import parse_config
+    from tests.conftest import ALL_HEADS, TINY_MODEL, experiment_dict
+
+    cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, heads={task: ALL_HEADS[task]}),
+                                       bdd100k=dict(data_root="unused")))
+    model = build_model(cfg.model, tuple(cfg.input_size)).train()
+    outputs = model(torch.zeros(1, 3, *cfg.input_size))
+    outputs[f"{task}.aux0.logits"] = outputs[f"{task}.aux0.logits"] * float("nan")
+    targets = {task: {"valid": torch.ones(1, dtype=torch.bool), "per_image": [None], "input_size": cfg.input_size}}
+    losses = build_criteria(cfg)[task](outputs, targets)  # never reaches matching
+    assert losses and all(torch.isnan(v) for v in losses.values())

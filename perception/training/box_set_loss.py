@@ -5,10 +5,14 @@ Applied to the final decoder layer, every auxiliary layer and the selected encod
 each with its own Hungarian matching. Only images that carry the task's labels (``valid``)
 count; an image labelled with no objects still pushes every query to "nothing here". A batch
 without any labelled image gives zero losses that still touch every output of the head, so
-data-parallel training sees a gradient (of zero) for every parameter.
+data-parallel training sees a gradient (of zero) for every parameter. Non-finite outputs give
+NaN losses without matching (the Hungarian solver rejects them), so the training step's
+non-finite guard (perception.training.faults) skips the step and names the head's losses.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +21,18 @@ from torchvision.ops import box_convert, generalized_box_iou_loss, sigmoid_focal
 
 from perception.training.dense_assign import atss_assign, best_of_each, level_sizes
 from perception.training.matcher import HungarianMatcher
+
+
+LOGGER = logging.getLogger("perception.training")
+
+
+def non_finite_outputs(outputs: dict, task: str) -> list[str]:
+    """Names of the task's floating-point outputs holding NaN or inf (one device sync for all)."""
+    names = [k for k, v in outputs.items() if k.startswith(task + ".") and v.is_floating_point()]
+    if not names:
+        return []
+    finite = torch.stack([torch.isfinite(outputs[k].detach()).all() for k in names]).cpu()
+    return [k for k, ok in zip(names, finite.tolist()) if not ok]
 
 
 def output_prefixes(outputs: dict, task: str) -> list[str]:
@@ -94,6 +110,12 @@ class SetCriterion(nn.Module):
         logits = outputs[f"{self.task}.logits"]
         valid = targets[self.task]["valid"].to(logits.device)
         zero = zero_touching(outputs, self.task)
+        bad = non_finite_outputs(outputs, self.task)
+        if bad:
+            LOGGER.warning("%s head: non-finite outputs %s; its losses are NaN for this step (not matched)",
+                           self.task, bad[:4])
+            nan = torch.full((), float("nan"), device=logits.device)
+            return {name: nan for name in self.loss_names}
         if not bool(valid.any()):
             return {name: zero for name in self.loss_names}
         per_image = [t for t, v in zip(targets[self.task]["per_image"], valid.tolist()) if v]
