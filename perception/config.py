@@ -52,6 +52,7 @@ class ObstacleHeadConfig:
     ffn_dim: int = 512
     levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
+    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class LaneHeadConfig:
     num_points: int = 24  # row anchors spread over the input height (perception.models.heads.lane_coding)
     levels: tuple = (1, 2, 3)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
+    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
 
 
 @dataclass
@@ -75,6 +77,7 @@ class LightHeadConfig:
     ffn_dim: int = 256
     levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
+    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
 
 
 @dataclass
@@ -192,7 +195,8 @@ class ExperimentConfig:
     # Score the held-out validation split (tools/test.py's metrics) every N steps and at the end of
     # training, logged as heldout/* and drawn into <work_dir>/curves.png (0: only val/* is logged).
     heldout_eval_every_n_steps: int = 0
-    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
+    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: off)
+    checkpoint_every_n_minutes: float = 10.0  # also write last.ckpt every N minutes of training (0: off)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     seed: int = 0
     task: str = "perception"
@@ -242,7 +246,8 @@ class MotionExperimentConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
-    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: at validation / epoch end only)
+    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: off)
+    checkpoint_every_n_minutes: float = 10.0  # also write last.ckpt every N minutes of training (0: off)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     seed: int = 0
 
@@ -311,6 +316,18 @@ def parse_config(cfg) -> ExperimentConfig | MotionExperimentConfig:
     return experiment
 
 
+def _validate_duration(trainer: dict) -> None:
+    """trainer.max_steps / max_epochs: whole numbers, -1 (no limit) or >= 1, checked before Lightning sees them."""
+    for key in ("max_steps", "max_epochs"):
+        if key not in trainer or trainer[key] is None:
+            continue
+        value = trainer[key]
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+            raise ConfigError(f"trainer.{key} must be a whole number >= 1 (or -1 for no limit), got {value!r}")
+    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs", 1) == -1:
+        raise ConfigError("trainer.max_steps and trainer.max_epochs are both -1: the run would never end; set one")
+
+
 def _validate_training(cfg) -> None:
     """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
     if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
@@ -319,8 +336,10 @@ def _validate_training(cfg) -> None:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:
         raise ConfigError(f"faults.max_nonfinite_steps and faults.max_bad_images must be >= 0, got {cfg.faults}")
-    if cfg.checkpoint_every_n_steps < 0:
-        raise ConfigError(f"checkpoint_every_n_steps must be >= 0, got {cfg.checkpoint_every_n_steps}")
+    if cfg.checkpoint_every_n_steps < 0 or cfg.checkpoint_every_n_minutes < 0:
+        raise ConfigError(f"checkpoint_every_n_steps and checkpoint_every_n_minutes must be >= 0, got "
+                          f"{cfg.checkpoint_every_n_steps} and {cfg.checkpoint_every_n_minutes}")
+    _validate_duration(cfg.trainer)
     trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
     managed = {"default_root_dir", "callbacks", "logger", "plugins", "use_distributed_sampler"}
     for key in sorted(managed & set(cfg.trainer)):

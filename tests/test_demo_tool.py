@@ -113,3 +113,36 @@ def test_demo_rejects_a_model_of_another_input_size(demo_setup, tmp_path, capsys
     code = _run(demo_setup["config"], "--onnx", demo_setup["onnx"], "--images", demo_setup["images"], "--out",
                 str(tmp_path / "out"), "--cfg-options", "input_size=[224,224]")
     assert code == 2 and "takes (224, 448)" in capsys.readouterr().err
+
+
+def test_demo_keeps_inputs_that_share_a_stem_apart_and_skips_a_bad_image(demo_setup, tmp_path, capsys):
+    """Before: frame.jpg and frame.png both became frame.jpg ("wrote 2 file(s)", one lost) and one
+    zero-byte image aborted the whole folder."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    first = sorted(os.listdir(demo_setup["images"]))[0]
+    frame = cv2.imread(os.path.join(demo_setup["images"], first))
+    cv2.imwrite(str(folder / "frame.jpg"), frame)
+    cv2.imwrite(str(folder / "frame.png"), frame)
+    (folder / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "out"
+    assert _run(demo_setup["config"], "--onnx", demo_setup["onnx"], "--images", str(folder), "--out", str(out)) == 0
+    assert sorted(os.listdir(out)) == ["frame_jpg.jpg", "frame_png.jpg"]
+    printed = capsys.readouterr()
+    assert "empty.jpg is empty" in printed.err and "skipped 1 unreadable image(s) of 3" in printed.err
+    assert "wrote 2 file(s)" in printed.out
+
+
+def test_evaluating_an_onnx_model_under_a_config_with_other_heads_is_an_error(demo_setup, tmp_path, capsys):
+    """Before: a model without the lights head under a config with lights exited 0, lights/AP50 silently absent."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("test_tool", os.path.join(REPO, "tools", "test.py"))
+    test_tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test_tool)
+    args = test_tool.get_args_parser().parse_args([demo_setup["config"], "--onnx", demo_setup["onnx"], "--work-dir",
+                                                   str(tmp_path / "eval"), "--cfg-options", "model.heads.lights=None"])
+    assert test_tool.main(args) == 2
+    err = capsys.readouterr().err
+    assert "outputs for the tasks ['drivable', 'lanes', 'lights', 'obstacles']" in err
+    assert "config enables ['drivable', 'lanes', 'obstacles']" in err

@@ -98,3 +98,215 @@ def test_set_criteria_return_nan_losses_for_non_finite_outputs(task):
     targets = {task: {"valid": torch.ones(1, dtype=torch.bool), "per_image": [None], "input_size": cfg.input_size}}
     losses = build_criteria(cfg)[task](outputs, targets)  # never reaches matching
     assert losses and all(torch.isnan(v) for v in losses.values())
+
+
+def _short_run(data_root: str, max_steps: int, **overrides):
+    from mmengine.config import Config
+
+    from tests.conftest import experiment_dict
+
+    return Config(experiment_dict(data_root, num_workers=1, trainer=dict(
+        max_steps=max_steps, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true", limit_val_batches=0,
+        num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+        deterministic=True), **overrides))
+
+
+def _saved(work_dir: str):
+    import torch
+
+    checkpoint = torch.load(os.path.join(work_dir, "checkpoints", "last.ckpt"), weights_only=True)
+    return checkpoint["global_step"], checkpoint["state_dict"]
+
+
+def test_sigterm_saves_a_resumable_checkpoint_and_exits_143(small_dataset, tmp_path):
+    """Before: SIGTERM (preemption, time limits) exited 0 and saved nothing; the work was lost."""
+    import signal
+
+    import lightning as L
+    import torch
+
+    from perception.training.preemption import TrainingPreempted
+    from perception.training.runner import train
+
+    class SigtermAtStep(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 4:
+                os.kill(os.getpid(), signal.SIGTERM)  # what `scancel` / a pod eviction sends
+
+    train(_short_run(small_dataset, 8), str(tmp_path / "straight"))
+    with pytest.raises(TrainingPreempted) as stop:
+        train(_short_run(small_dataset, 8), str(tmp_path / "preempted"), callbacks=[SigtermAtStep()])
+    assert stop.value.code == 143 and "--resume auto" in str(stop.value)
+    assert _saved(str(tmp_path / "preempted"))[0] == 4
+    train(_short_run(small_dataset, 8), str(tmp_path / "preempted"), resume="auto")
+    (straight_step, straight), (resumed_step, resumed) = _saved(str(tmp_path / "straight")), \
+        _saved(str(tmp_path / "preempted"))
+    assert straight_step == resumed_step == 8
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_a_corrupt_validation_image_is_skipped_and_counted_during_training(small_dataset, tmp_path):
+    """Before: the first validation raised ImageReadError and the run died with nothing saved."""
+    from perception.training.runner import train
+
+    root = str(tmp_path / "data")
+    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
+    module = NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"], (224, 448),
+                                batch_size=2, val_batch_size=2, num_workers=0, seed=0)
+    with open(os.path.join(root, module.dataset("val").infos[0]["image_path"]), "wb") as f:
+        f.write(b"\xff\xd8 not really a jpeg")
+    cfg = _short_run(root, 2, cameras=["CAM_FRONT"])
+    cfg.trainer.limit_val_batches = 1
+    cfg.val_batch_size = 2
+    metrics = train(cfg, str(tmp_path / "work"))
+    assert metrics["val/skipped_images"] == 1.0
+    assert os.path.isfile(os.path.join(tmp_path, "work", "checkpoints", "last.ckpt"))
+
+
+def test_a_checkpoint_is_kept_every_few_minutes_by_default(small_dataset, tmp_path):
+    from perception.config import parse_config
+    from tests.conftest import experiment_dict
+
+    assert 0 < parse_config(experiment_dict(small_dataset)).checkpoint_every_n_minutes <= 15
+
+
+def test_resuming_from_a_checkpoint_of_another_model_names_the_tensors(small_dataset, tmp_path):
+    """Before: a raw torch RuntimeError from load_state_dict deep inside Lightning."""
+    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.training.runner import train
+    from tests.conftest import TINY_MODEL
+
+    train(_short_run(small_dataset, 1), str(tmp_path / "work"))
+    wider = dict(TINY_MODEL, heads=dict(drivable=dict(channels=48, num_classes=2)))
+    with pytest.raises(CheckpointMismatchError, match=r"(?s)does not fit.*shape mismatch.*drivable"):
+        train(_short_run(small_dataset, 2, model=wider), str(tmp_path / "work"), resume=True)
+
+
+@pytest.mark.parametrize("value", [-5, 0, "abc", 2.5])
+def test_impossible_step_budgets_are_config_errors(small_dataset, value):
+    """Before: -5 / "abc" gave Lightning tracebacks after the config dump; 0 exited 0 with empty metrics."""
+    from perception.config import ConfigError, parse_config
+    from tests.conftest import experiment_dict
+
+    cfg = experiment_dict(small_dataset)
+    cfg["trainer"]["max_steps"] = value
+    with pytest.raises(ConfigError, match="trainer.max_steps must be a whole number"):
+        parse_config(cfg)
+
+
+def test_a_full_disk_at_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """Before: "enforce fail at inline_container.cc" with the Errno 28 buried. /dev/full fails every
+    write with ENOSPC, as a full disk does."""
+    import torch
+
+    from perception.training import checkpoint_io
+
+    path = str(tmp_path / "last.ckpt")
+    checkpoint_io.atomic_torch_save({"step": 1}, path)
+
+    def full_disk(handle, mode):
+        os.close(handle)
+        return open("/dev/full", mode)
+
+    monkeypatch.setattr(checkpoint_io.os, "fdopen", full_disk)
+    with pytest.raises(checkpoint_io.CheckpointWriteError, match=r"(?s)could not write checkpoint .*last\.ckpt.*GB "
+                                                                 r"free.*previous checkpoint is intact"):
+        checkpoint_io.atomic_torch_save({"weights": torch.zeros(100_000)}, path)
+    assert torch.load(path, weights_only=True) == {"step": 1}
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+
+
+def test_temporaries_of_killed_saves_are_removed_at_start(small_dataset, tmp_path):
+    from perception.training.runner import checkpoint_dir, train
+
+    directory = checkpoint_dir(str(tmp_path / "work"))
+    os.makedirs(directory)
+    stale = os.path.join(directory, ".tmp-abc123.ckpt")
+    open(stale, "wb").write(b"half a checkpoint")
+    train(_short_run(small_dataset, 1), str(tmp_path / "work"))
+    assert not os.path.exists(stale)
+
+
+_BUILD = """
+import sys
+from perception.data.label_cache import build_label_cache
+extra = {"only_if_missing": True} if sys.argv[3] == "1" else {}
+build_label_cache(sys.argv[1], "v1.0-trainval", "synthetic_train", ["CAM_FRONT", "CAM_BACK"], sys.argv[2],
+                  verbose=False, **extra)
+"""
+
+
+@pytest.mark.parametrize("only_if_missing", [False, True])
+def test_concurrent_label_cache_builders_leave_a_complete_cache(small_dataset, tmp_path, only_if_missing):
+    """Before: both builders staged into one `<split>.building` folder; the survivor exited 0 with
+    masks missing and the cache then said "up to date"."""
+    import subprocess
+    import sys
+
+    from perception.data.label_cache import load_label_cache
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cache = str(tmp_path / "cache")
+    flag = "1" if only_if_missing else "0"
+    builders = [subprocess.Popen([sys.executable, "-c", _BUILD, small_dataset, cache, flag], cwd=repo,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for builder in builders:
+        assert builder.wait(timeout=300) == 0, builder.stderr.read()[-2000:]
+    infos, directory = load_label_cache(small_dataset, "v1.0-trainval", "synthetic_train",
+                                        ["CAM_FRONT", "CAM_BACK"], cache, 60.0)
+    assert len(os.listdir(os.path.join(directory, "masks"))) == len(infos) > 0
+    assert sorted(os.listdir(os.path.dirname(directory))) == [".synthetic_train.lock", "synthetic_train"]
+
+
+def test_a_cache_with_missing_masks_is_not_up_to_date(small_dataset, tmp_path):
+    from perception.data.label_cache import StaleCacheError, build_label_cache, load_label_cache
+
+    cache = str(tmp_path / "cache")
+    directory = build_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", ["CAM_FRONT"], cache, verbose=False)
+    masks = os.path.join(directory, "masks")
+    os.remove(os.path.join(masks, sorted(os.listdir(masks))[0]))
+    with pytest.raises(StaleCacheError, match=r"incomplete \(1 of \d+ masks missing"):
+        load_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", ["CAM_FRONT"], cache, 60.0)
+
+
+@pytest.mark.parametrize("filename", ["../../etc/passwd", "/etc/passwd", "samples/../../outside.jpg"])
+def test_dataset_paths_that_leave_the_data_root_are_rejected(small_dataset, tmp_path, filename):
+    import json
+
+    from perception.data.label_cache import build_label_cache
+    from perception.data.tables import DatasetError
+
+    root = tmp_path / "data"
+    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
+    table = root / "v1.0-trainval" / "sample_data.json"
+    records = json.loads(table.read_text())
+    victim = next(r for r in records if r["filename"].startswith("samples/CAM_FRONT"))
+    victim["filename"] = filename
+    table.write_text(json.dumps(records))
+    with pytest.raises(DatasetError, match=re.escape(f"sample_data {victim['token']}: filename") + ".*leaves the data"):
+        for split in ("synthetic_train", "synthetic_val"):
+            build_label_cache(str(root), "v1.0-trainval", split, ["CAM_FRONT"], str(tmp_path / "cache"), verbose=False)
+
+
+def test_bdd_frame_names_that_leave_the_data_root_are_rejected(bdd_dataset, tmp_path):
+    import json
+
+    from perception.data.bdd100k import load_bdd100k_infos, split_paths
+    from perception.data.tables import DatasetError
+
+    root = tmp_path / "bdd"
+    shutil.copytree(bdd_dataset, root)
+    labels = split_paths(str(root), "val")["detection"]
+    frames = json.loads(open(labels).read())
+    frames[0]["name"] = "../../../home/user/.ssh/id_rsa"
+    open(labels, "w").write(json.dumps(frames))
+    with pytest.raises(DatasetError, match=r"frame name is '\.\./\.\./\.\./home/user/\.ssh/id_rsa', which leaves"):
+        load_bdd100k_infos(str(root), "val")
+
+
+def test_the_stale_cache_hint_repeats_the_runs_options():
+    from perception.data.label_cache import rebuild_command
+
+    command = rebuild_command("configs/demo_synthetic.py", {"data_root": "/data/my nuscenes", "cameras": ["CAM_FRONT"]})
+    assert command == ("python tools/build_label_cache.py configs/demo_synthetic.py --force --cfg-options "
+                       "'data_root=/data/my nuscenes' 'cameras=[\"CAM_FRONT\"]'")

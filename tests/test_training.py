@@ -83,7 +83,7 @@ def test_resume_continues_to_max_steps(trained, small_dataset):
 
 
 def test_atomic_save_keeps_the_previous_checkpoint_on_failure(tmp_path):
-    from perception.training.checkpoint_io import atomic_torch_save
+    from perception.training.checkpoint_io import CheckpointWriteError, atomic_torch_save
 
     path = str(tmp_path / "last.ckpt")
     atomic_torch_save({"step": 1}, path)
@@ -92,7 +92,7 @@ def test_atomic_save_keeps_the_previous_checkpoint_on_failure(tmp_path):
         def __reduce__(self):
             raise RuntimeError("disk full")
 
-    with pytest.raises(RuntimeError, match="disk full"):
+    with pytest.raises(CheckpointWriteError, match="RuntimeError: disk full"):
         atomic_torch_save({"step": 2, "bad": Unpicklable()}, path)
     assert torch.load(path, weights_only=True) == {"step": 1}
     assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary file left behind

@@ -55,7 +55,9 @@ def main(args: argparse.Namespace) -> int:
             except StaleCacheError as error:
                 print(f"{split}: {error}\n  rebuilding", file=sys.stderr)
         try:
-            build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range)
+            # Without --force, a cache another process finishes while this one waits for the lock is kept.
+            build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range,
+                              only_if_missing=not args.force)
         except (DatasetError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -109,19 +109,42 @@ def _save(path: str, image_rgb) -> str:
     return path
 
 
+def output_names(paths: list[str]) -> dict[str, str]:
+    """Drawing file name per input image: ``<stem>.jpg``, or ``<stem>_<ext>.jpg`` where inputs share a
+    stem (``frame.jpg`` and ``frame.png`` must not overwrite each other)."""
+    stems = [os.path.splitext(os.path.basename(p)) for p in paths]
+    counts: dict[str, int] = {}
+    for stem, _ in stems:
+        counts[stem] = counts.get(stem, 0) + 1
+    return {p: (f"{stem}_{ext.lstrip('.').lower()}.jpg" if counts[stem] > 1 else f"{stem}.jpg")
+            for p, (stem, ext) in zip(paths, stems)}
+
+
 def _run_folder(perceiver, args) -> list[str]:
-    from perception.data.camera_dataset import read_image_rgb
+    from perception.data.camera_dataset import ImageReadError, read_image_rgb
     from perception.inference.drawing import annotate
     from perception.inference.images import list_images
 
-    paths, written = list_images(args.images), []
+    paths, written, skipped = list_images(args.images), [], []
+    names = output_names(paths)
     for start in range(0, len(paths), args.batch):
-        chunk = paths[start:start + args.batch]
-        images = [read_image_rgb(p) for p in chunk]
+        chunk, images = [], []
+        for path in paths[start:start + args.batch]:
+            try:
+                images.append(read_image_rgb(path))
+                chunk.append(path)
+            except ImageReadError as error:  # one bad file must not abort the folder
+                print(f"warning: skipped {error}", file=sys.stderr)
+                skipped.append(path)
+        if not chunk:
+            continue
         intrinsics = [_intrinsics(args, im.shape[1], im.shape[0]) for im in images]
         for path, image, k, prediction in zip(chunk, images, intrinsics, perceiver(images, intrinsics)):
-            name = os.path.splitext(os.path.basename(path))[0] + ".jpg"
-            written.append(_save(os.path.join(args.out, name), annotate(image, prediction, k, args.min_score)))
+            written.append(_save(os.path.join(args.out, names[path]), annotate(image, prediction, k, args.min_score)))
+    if skipped:
+        print(f"skipped {len(skipped)} unreadable image(s) of {len(paths)}", file=sys.stderr)
+    if not written:
+        raise ImageReadError(f"none of the {len(paths)} images of {args.images} could be read")
     return written
 
 

@@ -55,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
             raise ConfigError(f"--batch must be >= 1, got {args.batch}")
         with open(args.config) as f:
             config_text = f.read()
+        _check_writable(args.out)  # before minutes of export checks, not after
         if isinstance(cfg, MotionExperimentConfig):
             return _export_motion(cfg, args, config_text)
         return _export_camera(cfg, args, config_text)
@@ -64,6 +65,22 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointMismatchError, ImageReadError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # e.g. the disk filled up while writing
+        print(f"error: could not write {args.out} or its sidecar: {error}", file=sys.stderr)
+        return 2
+
+
+def _check_writable(out: str) -> None:
+    from perception.config import ConfigError
+
+    directory = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"--out {out}: cannot create the folder {directory} ({error.strerror}); "
+                          "choose a writable --out") from error
+    if not os.access(directory, os.W_OK):
+        raise ConfigError(f"--out {out}: the folder {directory} is not writable; choose a writable --out")
 
 
 def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:

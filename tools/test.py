@@ -57,7 +57,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
     from perception.data.camera_dataset import ImageReadError
-    from perception.data.label_cache import StaleCacheError
+    from perception.data.label_cache import StaleCacheError, rebuild_command
     from perception.data.tables import DatasetError
     from perception.evaluation.checkpoint import CheckpointMismatchError
     from perception.evaluation.evaluate import evaluate, format_table, write_metrics
@@ -78,12 +78,19 @@ def main(args: argparse.Namespace) -> int:
             if args.onnx:
                 from perception.inference.predictors import OnnxPredictor
 
-                predictor = OnnxPredictor(args.onnx, threads=args.threads, expected_input_size=tuple(cfg.input_size))
+                heads = cfg.model.heads
+                enabled = tuple(name for name in ("drivable", "obstacles", "lanes", "lights")
+                                if getattr(heads, name) is not None)
+                predictor = OnnxPredictor(args.onnx, threads=args.threads, expected_input_size=tuple(cfg.input_size),
+                                          expected_tasks=enabled)
             metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                                format_only=args.format_only, results_path=args.out, predictor=predictor)
     except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
             ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        if isinstance(error, StaleCacheError):
+            hint = rebuild_command(args.config, dict(args.cfg_options))
+            print(f"  with this run's options: {hint}", file=sys.stderr)
         return 2
     if _rank() == 0:
         path = write_metrics(metrics, work_dir)

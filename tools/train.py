@@ -42,8 +42,12 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, load_config
-    from perception.data.label_cache import StaleCacheError
+    from perception.data.image_io import ImageReadError
+    from perception.data.label_cache import StaleCacheError, rebuild_command
     from perception.data.tables import DatasetError
+    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.training.checkpoint_io import CheckpointWriteError
+    from perception.training.preemption import TrainingPreempted
     from perception.training.runner import train
 
     options = dict(args.cfg_options)
@@ -59,8 +63,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, options)
         metrics = train(cfg, work_dir, resume=args.resume)
-    except (ConfigError, StaleCacheError, DatasetError, FileNotFoundError, ValueError) as error:
+    except TrainingPreempted as stop:
+        print(stop, file=sys.stderr)
+        return stop.code
+    except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, CheckpointWriteError, ImageReadError,
+            FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        if isinstance(error, StaleCacheError):
+            print(f"  with this run's options: {rebuild_command(args.config, options)}", file=sys.stderr)
         return 2
     print("final metrics: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())
                                          if k.startswith(("train/", "val/"))))

@@ -32,6 +32,7 @@ from perception.data.camera_dataset import (
 )
 from perception.data.drivable_projection import IGNORE_INDEX
 from perception.data.image_io import read_image_file
+from perception.data.tables import check_inside_root
 from perception.data.transforms import CameraTransform
 from perception.models.heads.lane_coding import LANE_CLASSES
 from perception.models.heads.lights import LIGHT_STATES
@@ -132,7 +133,7 @@ def load_bdd100k_infos(root: str, split: str) -> list[dict]:
     for frames, key, parse, path in ((detection, "lights", _lights_of, paths["detection"]),
                                      (lanes, "lanes", _lanes_of, paths["lanes"])):
         for frame in frames or []:
-            name = frame["name"]
+            name = check_inside_root(frame["name"], f"{path}: frame name")
             info = infos.setdefault(name, {"name": name, "image_path": os.path.join("images", "100k", split, name),
                                            "lights": None, "lanes": None})
             info[key] = parse(frame, path)

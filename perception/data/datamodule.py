@@ -17,11 +17,12 @@ from perception.data.transforms import CameraTransform
 
 def ensure_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
                        drivable_max_range: float) -> tuple[list[dict], str]:
-    """Load the cache, building it first if it does not exist. A stale cache raises."""
+    """Load the cache, building it first if it does not exist (under the build lock: of processes that
+    start together, one builds and the others wait for it). A stale cache raises."""
     try:
         return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
     except FileNotFoundError:
-        build_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
+        build_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range, only_if_missing=True)
         return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)
 
 
@@ -57,20 +58,24 @@ class NuScenesDataModule(L.LightningDataModule):
         return CameraTransform(self.input_size, train=train, seed=self.seed if train else None,
                                **(self.augment if train else {}))
 
-    def dataset(self, stage: str, split: str | None = None) -> NuScenesCameraDataset:
-        """The nuScenes dataset of a stage ("train" augments and skips unreadable images)."""
+    def dataset(self, stage: str, split: str | None = None,
+                skip_bad_images: bool | None = None) -> NuScenesCameraDataset:
+        """The nuScenes dataset of a stage ("train" augments). Unreadable images are skipped and
+        reported (``skip_bad_images``, default: in training) or an error (evaluation)."""
         split = split or self.splits[stage]
         infos, directory = ensure_label_cache(self.data_root, self.version, split, self.cameras, self.cache_root,
                                               self.drivable_max_range)
         train = stage == "train"
         # Training decodes JPEGs at half size up to scale 0.6 (scale jitter around 0.5 then never
         # pays for a full decode; at most a 1.2x upsample); evaluation only when nothing is upsampled.
+        skip = train if skip_bad_images is None else skip_bad_images
         return NuScenesCameraDataset(self.data_root, infos, directory, self._transform(train), seed=self.seed,
-                                     skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5,
+                                     skip_bad_images=skip, half_decode_max_scale=0.6 if train else 0.5,
                                      lane_cameras=self.lane_cameras, min_visibility=self.min_visibility)
 
-    def bdd100k_dataset(self, stage: str, split: str | None = None):
-        """The BDD100K-format dataset of a stage, or None when the config mixes in none."""
+    def bdd100k_dataset(self, stage: str, split: str | None = None, skip_bad_images: bool | None = None):
+        """The BDD100K-format dataset of a stage, or None when the config mixes in none (``skip_bad_images``
+        as in ``dataset``)."""
         from perception.data.bdd100k import Bdd100kDataset
 
         if self.bdd100k is None:
@@ -78,12 +83,13 @@ class NuScenesDataModule(L.LightningDataModule):
         train = stage == "train"
         split = split or (self.bdd100k.train_split if train else self.bdd100k.val_split)
         return Bdd100kDataset(self.bdd100k.data_root, split, self._transform(train), seed=self.seed,
-                              skip_bad_images=train, half_decode_max_scale=0.6 if train else 0.5)
+                              skip_bad_images=train if skip_bad_images is None else skip_bad_images,
+                              half_decode_max_scale=0.6 if train else 0.5)
 
-    def mixed_dataset(self, stage: str):
+    def mixed_dataset(self, stage: str, skip_bad_images: bool | None = None):
         """Training: nuScenes and BDD100K items in the configured fractions; validation: both, each once."""
-        nuscenes = self.dataset(stage)
-        bdd = self.bdd100k_dataset(stage)
+        nuscenes = self.dataset(stage, skip_bad_images=skip_bad_images)
+        bdd = self.bdd100k_dataset(stage, skip_bad_images=skip_bad_images)
         if bdd is None:
             return nuscenes
         if stage == "train":
@@ -101,7 +107,9 @@ class NuScenesDataModule(L.LightningDataModule):
         if stage in (None, "fit"):
             self.datasets["train"] = self.mixed_dataset("train")
         if stage in (None, "fit", "validate"):
-            self.datasets["val"] = self.mixed_dataset("val")
+            # Validation inside a training run skips and counts unreadable images (val/skipped_images)
+            # rather than killing the run; tools/test.py builds its datasets strict.
+            self.datasets["val"] = self.mixed_dataset("val", skip_bad_images=True)
 
     def train_dataloader(self) -> DataLoader:
         return resumable_train_loader(self, self.datasets["train"], self.batch_size, self.seed,

@@ -4,15 +4,25 @@ Layout: <cache_root>/<version>/<split>/{meta.json, infos.json, masks/<sample_dat
 run lengths, perception.data.mask_codec).
 ``meta.json`` records what the cache was built from (dataset root, table fingerprints,
 settings, format version). Loading checks it: a cache built from other data or settings
-is an error that says how to rebuild, never silently used.
+is an error that says how to rebuild, never silently used; so is a cache whose mask files
+are not all there.
+
+Concurrent builders (two tools, the nodes of a multi-node job on a shared filesystem) never
+race: a build holds an exclusive file lock (``<cache_root>/<version>/.<split>.lock``, flock, which
+Linux maps onto POSIX locks on NFS), stages into its own folder and renames it into place; a
+builder that waited for the lock finds the cache built and does not build it again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import math
 import os
 import shutil
+import socket
 import time
 
 import cv2
@@ -25,6 +35,7 @@ from perception.data.mask_codec import write_mask
 from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
 from perception.data.occlusion import NEAR_PLANE, clipped_box_xyxy, visible_fractions
 from perception.data.splits import scenes_of_split
+from perception.data.tables import check_inside_root
 from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
 
 # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines;
@@ -33,8 +44,38 @@ CACHE_FORMAT = 4
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
+LOGGER = logging.getLogger("perception.data")
+
+
 class StaleCacheError(RuntimeError):
     pass
+
+
+def rebuild_command(config_path: str, cfg_options: dict) -> str:
+    """The exact command that rebuilds the caches of a run started with these ``--cfg-options``."""
+    import shlex
+
+    options = [f"{k}={json.dumps(v) if isinstance(v, (list, tuple, dict)) else v}" for k, v in cfg_options.items()]
+    command = ["python", "tools/build_label_cache.py", config_path, "--force"]
+    return shlex.join(command + (["--cfg-options", *options] if options else []))
+
+
+@contextlib.contextmanager
+def build_lock(cache_root: str, version: str, split: str):
+    """Exclusive lock on building one split's cache (blocks while another process holds it)."""
+    directory = os.path.join(cache_root, version)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f".{split}.lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            LOGGER.warning("label cache %s/%s: another process is building it; waiting", directory, split)
+            print(f"label cache {directory}/{split}: another process is building it; waiting", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def default_cache_root(data_root: str) -> str:
@@ -90,12 +131,36 @@ def load_label_cache(data_root: str, version: str, split: str, cameras, cache_ro
             f"label cache {directory} was built from other data or settings ({details}). Rebuild it with "
             f"`python tools/build_label_cache.py CONFIG --split {split} --force` or delete the directory.")
     with open(os.path.join(directory, "infos.json")) as f:
-        return json.load(f), directory
+        infos = json.load(f)
+    masks = os.path.join(directory, "masks")
+    present = set(os.listdir(masks)) if os.path.isdir(masks) else set()
+    missing = [i["drivable_mask"] for i in infos if os.path.basename(i["drivable_mask"]) not in present]
+    if missing or len(infos) != meta.get("num_infos"):
+        raise StaleCacheError(
+            f"label cache {directory} is incomplete ({len(missing)} of {len(infos)} masks missing, e.g. "
+            f"{missing[:2]}; {len(infos)} records, meta.json says {meta.get('num_infos')}). Rebuild it with "
+            f"`python tools/build_label_cache.py CONFIG --split {split} --force` or delete the directory.")
+    return infos, directory
 
 
 def build_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
-                      drivable_max_range: float = 60.0, nusc=None, verbose: bool = True) -> str:
-    """Extract every (sample, camera) of ``split`` into the cache; returns the cache directory."""
+                      drivable_max_range: float = 60.0, nusc=None, verbose: bool = True,
+                      only_if_missing: bool = False) -> str:
+    """Extract every (sample, camera) of ``split`` into the cache; returns the cache directory.
+
+    Holds the split's build lock throughout. ``only_if_missing``: after getting the lock, keep a
+    cache that is there and up to date (another process built it while this one waited)."""
+    with build_lock(cache_root, version, split):
+        if only_if_missing:
+            try:
+                return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)[1]
+            except FileNotFoundError:
+                pass
+        return _build(data_root, version, split, cameras, cache_root, drivable_max_range, nusc, verbose)
+
+
+def _build(data_root: str, version: str, split: str, cameras, cache_root: str, drivable_max_range: float, nusc,
+           verbose: bool) -> str:
     from nuscenes.map_expansion.map_api import NuScenesMap
 
     from perception.data.tables import load_nuscenes
@@ -116,7 +181,8 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
     rasterizers: dict[str, DrivableRasterizer] = {}
     map_lines: dict[str, MapLines] = {}
     directory = cache_dir(cache_root, version, split)
-    staging = directory + ".building"
+    # This process's own staging folder: a crashed builder's leftovers never mix with it.
+    staging = f"{directory}.building-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(os.path.join(staging, "masks"))
 
@@ -144,9 +210,12 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
         json.dump(infos, f)
     with open(os.path.join(staging, "meta.json"), "w") as f:
         json.dump({"key": key, "num_infos": len(infos), "built_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f, indent=1)
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(os.path.dirname(directory), exist_ok=True)
+    # Move the old cache aside, rename the new one in, then delete the old: a reader sees either.
+    retired = f"{staging}.old"
+    if os.path.isdir(directory):
+        os.replace(directory, retired)
     os.replace(staging, directory)
+    shutil.rmtree(retired, ignore_errors=True)
     if verbose:
         print(f"label cache: {len(infos)} camera images of split {split!r} -> {directory} "
               f"({time.time() - start:.1f} s)")
@@ -156,6 +225,7 @@ def build_label_cache(data_root: str, version: str, split: str, cameras, cache_r
 def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: DrivableRasterizer,
                  map_lines: MapLines, staging: str, max_range: float) -> dict:
     sd = nusc.get("sample_data", sample["data"][camera])
+    filename = check_inside_root(sd["filename"], f"sample_data {sd['token']}: filename (sample_data.json)")
     calib = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
     pose = nusc.get("ego_pose", sd["ego_pose_token"])
     intrinsics = np.array(calib["camera_intrinsic"], dtype=np.float64)
@@ -164,9 +234,9 @@ def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: D
     global_from_camera = global_from_ego @ ego_from_camera
     width, height = int(sd["width"]), int(sd["height"])
     if width <= 0 or height <= 0:
-        image = cv2.imread(os.path.join(nusc.dataroot, sd["filename"]), cv2.IMREAD_UNCHANGED)
+        image = cv2.imread(os.path.join(nusc.dataroot, filename), cv2.IMREAD_UNCHANGED)
         if image is None:
-            raise FileNotFoundError(f"camera image {os.path.join(nusc.dataroot, sd['filename'])} "
+            raise FileNotFoundError(f"camera image {os.path.join(nusc.dataroot, filename)} "
                                     "is missing or unreadable and its sample_data record has no width/height")
         height, width = image.shape[:2]
 
@@ -180,7 +250,7 @@ def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: D
     obstacles = _obstacles_in_camera(nusc, sample, intrinsics, invert_transform(global_from_camera), width, height)
     return {
         "sample_token": sample["token"], "sample_data_token": sd["token"], "camera": camera,
-        "scene_name": scene_name, "timestamp": sd["timestamp"], "image_path": sd["filename"],
+        "scene_name": scene_name, "timestamp": sd["timestamp"], "image_path": filename,
         "image_size": [width, height], "intrinsics": intrinsics.tolist(),
         "ego_from_camera": ego_from_camera.tolist(), "global_from_ego": global_from_ego.tolist(),
         "drivable_mask": mask_name, "obstacles": obstacles, "lanes": lanes,

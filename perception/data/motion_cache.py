@@ -66,7 +66,7 @@ def build_motion_cache(data_root: str, version: str, split: str, settings: Motio
     key = motion_cache_key(data_root, version, split, settings, use_map)
     path = motion_cache_path(cache_root, version, split)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    staging = path + ".building.npz"
+    staging = f"{path}.building-{os.getpid()}.npz"  # per process: concurrent builders never share a file
     np.savez(staging, tokens=np.array(tokens), key=np.array(json.dumps(key)), **arrays)
     os.replace(staging, path)  # atomic: a crash leaves no half-written cache
     if verbose:

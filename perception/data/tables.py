@@ -15,6 +15,17 @@ class DatasetError(RuntimeError):
     pass
 
 
+def check_inside_root(relative_path: str, what: str) -> str:
+    """``relative_path`` unchanged when it stays inside the data root; a DatasetError naming ``what``
+    (the table / file and record) for an absolute path or one with ``..``: a dataset JSON must never
+    make us read (or a label cache point) outside the data root."""
+    parts = str(relative_path).replace("\\", "/").split("/")
+    if os.path.isabs(relative_path) or str(relative_path).startswith(("/", "\\")) or ".." in parts:
+        raise DatasetError(f"{what} is {relative_path!r}, which leaves the data root (absolute path or '..'); "
+                           "dataset paths must be relative to data_root. Fix the record or the dataset's JSON.")
+    return relative_path
+
+
 def find_table_problem(data_root: str, version: str) -> str | None:
     """A sentence naming the first missing or unreadable table, or None."""
     directory = os.path.join(data_root, version)

@@ -19,6 +19,14 @@ def load_model_weights(model: nn.Module, path: str) -> dict:
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict", checkpoint)
     weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")} or dict(state)
+    check_weights_fit(model, weights, path)
+    model.load_state_dict(weights)
+    return checkpoint
+
+
+def check_weights_fit(model: nn.Module, weights: dict, path: str) -> None:
+    """Raise CheckpointMismatchError listing the tensors of ``weights`` (read from ``path``) that do
+    not fit ``model``: missing, unexpected, or of another shape."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
@@ -34,5 +42,15 @@ def load_model_weights(model: nn.Module, path: str) -> dict:
             lines.append(f"  not in model ({len(unexpected)}): {unexpected[:5]}")
         lines.append("  Use the config the checkpoint was trained with (saved as config.py in its work dir).")
         raise CheckpointMismatchError("\n".join(lines))
-    model.load_state_dict(weights)
-    return checkpoint
+
+
+def check_resume_fits(model: nn.Module, path: str) -> None:
+    """Before Lightning resumes from ``path``: its ``model.*`` weights must fit ``model`` (a motion
+    checkpoint into a camera config, or other head sizes, is a CheckpointMismatchError naming the tensors)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    state = checkpoint.get("state_dict", {}) if isinstance(checkpoint, dict) else {}
+    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    if not weights:
+        raise CheckpointMismatchError(f"--resume checkpoint {path} holds no training state (no model.* weights in "
+                                      "its state_dict); resume from a checkpoint written by tools/train.py")
+    check_weights_fit(model, weights, path)

@@ -17,8 +17,10 @@ class OnnxPredictor:
     """
 
     def __init__(self, path: str, threads: int | None = None, providers: list[str] | None = None,
-                 expected_input_size: tuple[int, int] | None = None):
-        """``expected_input_size`` (the config's (H, W)): a model exported at another size is an error."""
+                 expected_input_size: tuple[int, int] | None = None, expected_tasks: tuple[str, ...] | None = None):
+        """``expected_input_size`` (the config's (H, W)): a model exported at another size is an error;
+        ``expected_tasks`` (the config's enabled heads): a model whose outputs cover other tasks is an
+        error naming both (evaluating it would silently drop a task's metrics)."""
         import onnxruntime as ort
 
         if not os.path.isfile(path):
@@ -36,6 +38,11 @@ class OnnxPredictor:
             raise ValueError(f"{path} takes {self.input_size} (H, W) images but the config's input_size is "
                              f"{tuple(expected_input_size)}; use the config the model was exported from")
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.tasks = tuple(sorted({name.split(".", 1)[0] for name in self.output_names}))
+        if expected_tasks is not None and set(self.tasks) != set(expected_tasks):
+            raise ValueError(f"{path} has outputs for the tasks {list(self.tasks)} but the config enables "
+                             f"{sorted(expected_tasks)}; evaluate it with the config it was exported from (its "
+                             "sidecar JSON holds that config) or export again with this one")
         sidecar_path = os.path.splitext(path)[0] + ".json"
         self.sidecar = None
         if os.path.isfile(sidecar_path):

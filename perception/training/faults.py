@@ -4,6 +4,8 @@ A non-finite loss on any rank makes every rank skip that step (the decision is a
 no rank waits in a gradient all-reduce the others never enter); after ``max_nonfinite_steps``
 skips the run stops with the per-task losses. Unreadable training images are replaced by the
 dataset (see NuScenesCameraDataset) and counted here; past ``max_bad_images`` the run stops.
+Unreadable validation images (validation inside a training run) are skipped and counted the same
+way, separately (``val/skipped_images``); evaluation with tools/test.py stays strict.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class FaultTracker:
         self.max_nonfinite_steps, self.max_bad_images = max_nonfinite_steps, max_bad_images
         self.nonfinite_steps = 0
         self.bad_images = 0
+        self.bad_val_images = 0  # this rank's, over the run
 
     def should_skip(self, total: torch.Tensor, losses: dict[str, torch.Tensor], step: int) -> bool:
         """True when this step must be skipped on every rank; raises once the budget is spent."""
@@ -41,14 +44,24 @@ class FaultTracker:
                        details, self.nonfinite_steps, self.max_nonfinite_steps)
         return True
 
-    def count_bad_images(self, paths: list[str]) -> None:
+    def count_bad_images(self, paths: list[str], stage: str = "training") -> None:
+        """Count (and log the first paths of) unreadable images of ``stage`` ("training" or "validation");
+        past ``max_bad_images`` of one stage the run stops."""
         for path in paths:
-            self.bad_images += 1
-            if self.bad_images <= MAX_LOGGED_PATHS:
-                LOGGER.warning("skipped unreadable training image %s (%d so far)", path, self.bad_images)
-        if self.bad_images > self.max_bad_images:
-            raise RuntimeError(f"{self.bad_images} unreadable training images exceed faults.max_bad_images="
+            count = self._add(stage)
+            if count <= MAX_LOGGED_PATHS:
+                LOGGER.warning("skipped unreadable %s image %s (%d so far)", stage, path, count)
+        count = self.bad_images if stage == "training" else self.bad_val_images
+        if count > self.max_bad_images:
+            raise RuntimeError(f"{count} unreadable {stage} images exceed faults.max_bad_images="
                                f"{self.max_bad_images} (the first are in the log); check the dataset copy")
+
+    def _add(self, stage: str) -> int:
+        if stage == "training":
+            self.bad_images += 1
+            return self.bad_images
+        self.bad_val_images += 1
+        return self.bad_val_images
 
 
 def loss_or_skip(module, total: torch.Tensor, losses: dict[str, torch.Tensor], batch_size: int) -> torch.Tensor | None:

@@ -9,6 +9,7 @@ both halves of the curve (``perception.training.curves`` draws them).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -16,6 +17,9 @@ import lightning as L
 
 # The metrics worth a curve; others stay in the evaluation's own JSON.
 CURVE_METRICS = ("nuscenes/mAP", "nuscenes/NDS", "lanes/F1", "lights/AP50", "drivable/IoU", "drivable/IoU_bdd100k")
+
+
+LOGGER = logging.getLogger("perception.training")
 
 
 class HeldOutEvaluation(L.Callback):
@@ -34,6 +38,7 @@ class HeldOutEvaluation(L.Callback):
         self._score(trainer, pl_module)
 
     def _score(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from perception.data.image_io import ImageReadError
         from perception.evaluation.evaluate import evaluate
 
         step = trainer.global_step
@@ -46,6 +51,9 @@ class HeldOutEvaluation(L.Callback):
         model.eval()
         try:
             metrics = evaluate(self.cfg, None, os.path.join(self.directory, f"step_{step}"), predictor=model)
+        except ImageReadError as error:  # evaluation is strict; a training run must not die of it
+            LOGGER.warning("held-out evaluation at step %d skipped: %s", step, error)
+            return
         finally:
             model.train(was_training)
         scores = {f"heldout/{k}": float(metrics[k]) for k in CURVE_METRICS if k in metrics}

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 import glob
 import os
 
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mmengine.config import Config
 
 from perception.build import build_datamodule, build_system, checkpoint_monitor
 from perception.config import parse_config
+from perception.evaluation.checkpoint import check_resume_fits
 from perception.training.checkpoint_io import AtomicCheckpointIO
 from perception.training.curves import plot_curves
 from perception.training.heldout import HeldOutEvaluation
+from perception.training.preemption import SaveOnSigterm, TrainingPreempted, remove_stale_temporaries
 from perception.training.rng_state import RngStateCallback
 
 
@@ -56,22 +60,33 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     cfg.dump(resolved_path)
     with open(resolved_path) as f:
         config_text = f.read()
+    remove_stale_temporaries(checkpoint_dir(work_dir))  # a save killed mid-write leaves its temporary
     ckpt_path = resolve_resume(work_dir, resume)
     L.seed_everything(experiment.seed, workers=True)
 
     datamodule = build_datamodule(experiment)
     system = build_system(experiment, config_text=config_text)
+    if ckpt_path is not None:
+        check_resume_fits(system.model, ckpt_path)
     monitor, mode = checkpoint_monitor(experiment)
     trainer_callbacks = [
         ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor=monitor, mode=mode,
-                        save_top_k=1, save_last=True, auto_insert_metric_name=False),
+                        save_top_k=1, save_last=True, auto_insert_metric_name=False, enable_version_counter=False),
         LearningRateMonitor(logging_interval="step"),
         RngStateCallback(),
     ]
     if experiment.checkpoint_every_n_steps:
         # Mid-epoch saves for preemptible jobs; the data loader's position is in them (exact resume).
         trainer_callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir(work_dir), save_top_k=0, save_last=True,
-                                                 every_n_train_steps=experiment.checkpoint_every_n_steps))
+                                                 every_n_train_steps=experiment.checkpoint_every_n_steps,
+                                                 enable_version_counter=False))
+    if experiment.checkpoint_every_n_minutes:
+        # Wall-clock saves: no default run loses more than this, whatever its validation schedule.
+        interval = datetime.timedelta(minutes=experiment.checkpoint_every_n_minutes)
+        trainer_callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir(work_dir), save_top_k=0, save_last=True,
+                                                 train_time_interval=interval, enable_version_counter=False))
+    on_sigterm = SaveOnSigterm(os.path.join(checkpoint_dir(work_dir), "last.ckpt"))
+    trainer_callbacks.append(on_sigterm)
     heldout_every = getattr(experiment, "heldout_eval_every_n_steps", 0)  # camera configs only
     if heldout_every:
         trainer_callbacks.append(HeldOutEvaluation(experiment, work_dir, heldout_every))
@@ -84,7 +99,10 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     # them for a DistributedSampler.
     trainer = L.Trainer(default_root_dir=work_dir, callbacks=trainer_callbacks, logger=loggers,
                         plugins=[AtomicCheckpointIO()], use_distributed_sampler=False, **trainer_args)
-    trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(system, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException as interrupt:
+        raise TrainingPreempted(on_sigterm.saved) from interrupt
     metrics_csv = os.path.join(work_dir, "csv", "metrics.csv")
     if trainer.is_global_zero and os.path.isfile(metrics_csv):
         print(f"learning curves: {plot_curves(metrics_csv, os.path.join(work_dir, 'curves.png'))}")

@@ -51,6 +51,7 @@ class PerceptionSystem(L.LightningModule):
         return loss_or_skip(self, total, losses, batch["images"].shape[0])
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.faults.count_bad_images(batch.get("skipped_images", []), stage="validation")
         total, losses, outputs = self._losses(batch)
         batch_size = batch["images"].shape[0]
         self.log("val/loss", total, batch_size=batch_size, sync_dist=True)
@@ -64,6 +65,7 @@ class PerceptionSystem(L.LightningModule):
         iou = self.val_drivable.compute()["IoU"]
         self.val_drivable.reset()
         self.log("val/drivable_IoU", torch.tensor(iou, device=self.device), prog_bar=True, sync_dist=True)
+        self.log("val/skipped_images", float(self.faults.bad_val_images), sync_dist=True, reduce_fx="sum")
 
     def configure_optimizers(self):
         total_steps = self.trainer.estimated_stepping_batches
