@@ -30,8 +30,12 @@ sys.path.insert(0, ROOT)
 # name: (what it tests, --cfg-options). "demo" is the shipped recipe; the other variants take one
 # ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe).
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
+NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
-    "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped", {}),
+    "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
+             "queries read the image at their reference", {}),
+    "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
+                              NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
                             {"matcher.dense_class_positives": "all"}),
     "no_dense": ("without the dense token loss (query selection learns from its own top-k only)",

@@ -11,7 +11,7 @@ from perception.training.dense_assign import atss_assign, best_of_each, lane_ass
 
 def _anchors(height=224, width=448, channels=8, levels=(1, 2, 3)):
     feats = [torch.zeros(1, channels, height // s, width // s) for s in (4, 8, 16, 32)]
-    _, _, anchors = TokenMemory(channels, 16, levels)(feats)
+    _, _, anchors, _ = TokenMemory(channels, 16, levels)(feats)
     return anchors[0]
 
 

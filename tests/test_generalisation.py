@@ -26,13 +26,14 @@ from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_
 from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
 STEPS = 400
-# Held-out floors; measured after 400 steps: mAP 0.015, light AP50 0.188 (untrained 0.000 each).
-# Lane F1 stays at 0.000 at this budget (and 0.00-0.04 in the demo): the lane head does not
-# generalise yet (README, convergence study). Its F1 is printed so that the day it moves is seen.
-FLOORS = {"nuscenes/mAP": 0.008, "lights/AP50": 0.08}
+# Held-out floors; measured after 400 steps: mAP 0.020, light AP50 0.220 (untrained 0.000 each;
+# before the heads read their reference (ReferenceSampler): 0.015 and 0.188). Lane F1 stays at
+# 0.00-0.01 at this budget (0.02-0.08 in the demo): the lane head does not generalise yet (README,
+# convergence study). Its F1 is printed so that the day it moves is seen.
+FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.1}
 # Held-out class loss with the right targets / with another image's targets must stay below these
-# (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.752, lights 0.677. The
-# lane head measured 0.994 here (0.92 after the demo's 500 steps): it barely reads the image yet, so
+# (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.649, lights 0.748 (0.752
+# and 0.677 without ReferenceSampler). The lane head measured 0.956 here: it barely reads the image yet, so
 # it is printed, not asserted; the lane target of the generalisation issue is open.
 SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8}
 HEADS = dict(drivable=dict(channels=32, num_classes=2),

@@ -22,7 +22,6 @@ from torchvision.ops import box_convert, generalized_box_iou_loss, sigmoid_focal
 from perception.training.dense_assign import atss_assign, best_of_each, level_sizes
 from perception.training.matcher import HungarianMatcher
 
-
 LOGGER = logging.getLogger("perception.training")
 
 

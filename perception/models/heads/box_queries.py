@@ -14,7 +14,9 @@ from torch import nn
 
 from perception.models.heads.query_memory import (
     MLP,
+    ReferenceSampler,
     TokenMemory,
+    box_sample_points,
     gather_tokens,
     init_focal_bias,
     inverse_sigmoid,
@@ -37,7 +39,7 @@ class BoxQueryHead(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, dim: int = 128, num_queries: int = 100,
                  num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512, levels: tuple[int, ...] = (1, 2, 3),
-                 memory_convs: int = 0):
+                 memory_convs: int = 0, reference_sampling: bool = True):
         super().__init__()
         self.dim, self.num_queries, self.num_classes = dim, num_queries, num_classes
         self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
@@ -48,6 +50,9 @@ class BoxQueryHead(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
         self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.box_heads = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(num_layers))
+        num_samples = len(box_sample_points(torch.zeros(1, 1, 4))[0, 0])
+        self.samplers = nn.ModuleList(ReferenceSampler(dim, num_samples) for _ in range(num_layers)) \
+            if reference_sampling else None
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)
         for mlp in [self.enc_box, *self.box_heads]:
@@ -58,7 +63,7 @@ class BoxQueryHead(nn.Module):
         return {}
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        memory, memory_pos, anchors = self.memory(levels)
+        memory, memory_pos, anchors, finest = self.memory(levels)
         features = self.enc_output(memory)  # (B, N, D)
         enc_logits = self.enc_class(features)  # (B, N, C)
         enc_boxes = (self.enc_box(features) + inverse_sigmoid(anchors)).sigmoid()  # (B, N, 4)
@@ -76,6 +81,8 @@ class BoxQueryHead(nn.Module):
         reference = reference.detach()
         for i, (layer, class_head, box_head) in enumerate(zip(self.layers, self.class_heads, self.box_heads)):
             query_pos = self.query_pos(box_sine_encoding(reference, self.dim))
+            if self.samplers is not None:
+                queries = queries + self.samplers[i](finest, box_sample_points(reference))
             queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
             boxes = (box_head(queries) + inverse_sigmoid(reference)).sigmoid()
             last = i == len(self.layers) - 1

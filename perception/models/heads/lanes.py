@@ -18,6 +18,7 @@ from torch import nn
 from perception.models.heads.lane_coding import LANE_CLASSES
 from perception.models.heads.query_memory import (
     MLP,
+    ReferenceSampler,
     TokenMemory,
     gather_tokens,
     init_focal_bias,
@@ -41,7 +42,7 @@ class LaneHead(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
-                 levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0):
+                 levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True):
         super().__init__()
         self.dim, self.num_queries, self.num_classes, self.num_points = dim, num_queries, num_classes, num_points
         self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
@@ -55,6 +56,10 @@ class LaneHead(nn.Module):
         self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.point_heads = nn.ModuleList(MLP(dim, dim, shape_size, 3) for _ in range(num_layers))
         self.visibility_heads = nn.ModuleList(nn.Linear(dim, num_points) for _ in range(num_layers))
+        # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
+        self.samplers = nn.ModuleList(ReferenceSampler(dim, num_points) for _ in range(num_layers)) \
+            if reference_sampling else None
+        self.register_buffer("row_y", (torch.arange(num_points) + 0.5) / num_points, persistent=False)  # (P,)
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)
         for mlp in [self.enc_points, *self.point_heads]:
@@ -69,7 +74,7 @@ class LaneHead(nn.Module):
         In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
         ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss).
         """
-        memory, memory_pos, anchors = self.memory(levels)
+        memory, memory_pos, anchors, finest = self.memory(levels)
         features = self.enc_output(memory)  # (B, N, D)
         enc_logits = self.enc_class(features)  # (B, N, C)
         # Every token proposes a lane through its own x at every row: (B, N, P).
@@ -86,6 +91,10 @@ class LaneHead(nn.Module):
             outputs["lanes.dense.anchors"] = anchors.expand(enc_points.shape[0], -1, -1)  # (B, N, 4)
         reference = reference.detach()
         for i, layer in enumerate(self.layers):
+            if self.samplers is not None:
+                rows = self.row_y.to(reference.dtype).expand_as(reference)
+                row_points = torch.stack([reference, rows], -1)  # (B, Q, P, 2): x and y of each row's point
+                queries = queries + self.samplers[i](finest, row_points)
             queries = layer(queries, memory, query_pos=self.query_pos(reference), memory_pos=memory_pos)
             points = (self.point_heads[i](queries) @ self.basis.T + inverse_sigmoid(reference)).sigmoid()
             last = i == len(self.layers) - 1
