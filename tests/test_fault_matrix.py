@@ -310,3 +310,20 @@ def test_the_stale_cache_hint_repeats_the_runs_options():
     command = rebuild_command("configs/demo_synthetic.py", {"data_root": "/data/my nuscenes", "cameras": ["CAM_FRONT"]})
     assert command == ("python tools/build_label_cache.py configs/demo_synthetic.py --force --cfg-options "
                        "'data_root=/data/my nuscenes' 'cameras=[\"CAM_FRONT\"]'")
+
+
+def test_export_into_a_folder_that_cannot_be_written_is_a_clear_error_before_exporting(tmp_path, capsys):
+    """Before: an OSError traceback after the export's minutes of checks. (A path below a regular file
+    cannot be created by any user, root included, which ignores read-only permission bits.)"""
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(repo, "tools"))
+    import export_onnx
+
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    args = export_onnx.get_args_parser().parse_args([os.path.join(repo, "configs", "demo_synthetic.py"), "none",
+                                                     "--out", str(blocker / "model.onnx")])
+    assert export_onnx.main(args) == 2
+    assert f"cannot create the folder {blocker}" in capsys.readouterr().err
