@@ -43,6 +43,10 @@ VARIANTS = {
     "no_visibility_filter": ("hidden obstacles kept as targets (min_obstacle_visibility=0)",
                              {"min_obstacle_visibility": 0.0}),
     "conv_tower": ("plus two residual 3x3 conv blocks on every head's memory tokens", TOWER),
+    "lanes_stride4": ("the lane head's memory and reference sampling include the stride-4 level",
+                      {"model.heads.lanes.levels": [0, 1, 2]}),
+    "geometric_depth": ("lanes at stride 4 and obstacle depth as a residual on fx * H / h",
+                        {"model.heads.lanes.levels": [0, 1, 2], "model.heads.obstacles.geometric_depth": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -27,7 +27,8 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
         o = cfg.heads.obstacles
         heads["obstacles"] = ObstacleHead(neck.channels, dim=o.dim, num_queries=o.num_queries, num_layers=o.num_layers,
                                           num_heads=o.num_heads, ffn_dim=o.ffn_dim, levels=tuple(o.levels),
-                                          memory_convs=o.memory_convs, reference_sampling=o.reference_sampling)
+                                          memory_convs=o.memory_convs, reference_sampling=o.reference_sampling,
+                                          input_height=input_size[0] if o.geometric_depth else None)
     if cfg.heads.lanes is not None:
         la = cfg.heads.lanes
         heads["lanes"] = LaneHead(neck.channels, num_points=la.num_points, dim=la.dim, num_queries=la.num_queries,

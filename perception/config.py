@@ -53,6 +53,7 @@ class ObstacleHeadConfig:
     levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
     reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
+    geometric_depth: bool = False  # depth as a residual on fx * H / h from the query's box and 3D height
 
 
 @dataclass

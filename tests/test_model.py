@@ -54,3 +54,19 @@ def test_missing_pretrained_file_is_a_clear_error(tmp_path):
 
 def test_tiny_model_config_is_the_demo_model():
     assert TINY_MODEL["backbone"]["embed_dim"] == 32
+
+
+def test_geometric_depth_starts_at_focal_times_height_over_box_height():
+    """With a zero residual the obstacle head's depth decodes to z = fx * H / h (the pinhole prior)."""
+    from perception.models.heads.obstacle_coding import decode_depth
+    from perception.models.heads.obstacles import ObstacleHead
+
+    head = ObstacleHead(16, dim=32, num_queries=5, num_layers=1, ffn_dim=64, input_height=224)
+    queries = torch.zeros(1, 5, 32)
+    boxes = torch.tensor([[[0.5, 0.5, 0.1, h, ] for h in (0.05, 0.1, 0.2, 0.4, 0.8)]])
+    torch.nn.init.zeros_(head.head_3d.layers[-1].weight)
+    torch.nn.init.zeros_(head.head_3d.layers[-1].bias)  # residual 0, log size 0: H = 1 m
+    out = head.extra_outputs(queries, boxes, "obstacles")
+    fx = 350.0
+    expected = fx * 1.0 / (boxes[0, :, 3] * 224)
+    assert torch.allclose(decode_depth(out["obstacles.depth"][0], fx), expected, rtol=1e-5)

@@ -1,13 +1,24 @@
 """DETR-style 3D obstacle head: the shared box decoder (query selection, box refinement) plus,
-per query, a projected 3D centre, depth, size, yaw, velocity and attribute."""
+per query, a projected 3D centre, depth, size, yaw, velocity and attribute.
+
+Depth from geometry (``geometric_depth``, MonoDETR / GUPNet style): an object H metres tall whose
+box is h pixels tall stands at z = fx * H / h, i.e. depth code log(z * F_REF / fx) = log(F_REF * H / h).
+The head can predict a residual on that prior from its own 2D box and 3D height (both detached, so
+the depth loss does not bend the box or the size). Off by default: in the convergence study it did
+not lower the held-out translation error at the demo's budget (1.29 m vs 1.25 m, mAP 0.024 vs 0.034);
+truncated and occluded boxes, whose 2D height is not the object's, may need the residual to learn
+more than the free regression does.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from perception.models.heads.box_queries import BoxQueryHead
-from perception.models.heads.obstacle_coding import PRIOR_LOG_SIZE
+from perception.models.heads.obstacle_coding import F_REF, PRIOR_LOG_SIZE
 from perception.models.heads.query_memory import MLP
 
 # Per-query 3D outputs, in this order along the last dimension of the 3D MLP.
@@ -22,17 +33,20 @@ class ObstacleHead(BoxQueryHead):
     def __init__(self, in_channels: int, num_classes: int = 10, num_attributes: int = 8, dim: int = 128,
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
-                 reference_sampling: bool = True):
+                 reference_sampling: bool = True, input_height: int | None = None):
+        """``input_height`` (pixels of the network input): turns on the geometric depth prior."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
                          reference_sampling=reference_sampling)
         self.num_attributes = num_attributes
+        self.input_height = input_height
         self.head_3d = MLP(dim, dim, sum(n for _, n in OUTPUT_3D) + num_attributes, 3)
         last = self.head_3d.layers[-1]
         nn.init.zeros_(last.weight)
         with torch.no_grad():
             last.bias.zero_()
-            last.bias[2] = 3.0  # depth code ~ log(20 m * F_REF / 500 px)
+            # Depth code ~ log(20 m * F_REF / 500 px) without the prior; a zero residual with it.
+            last.bias[2] = 0.0 if input_height else 3.0
             last.bias[3:6] = torch.tensor(PRIOR_LOG_SIZE)
             last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
 
@@ -44,6 +58,10 @@ class ObstacleHead(BoxQueryHead):
             start += width
         out["center"] = boxes[..., :2] + out["center"] * boxes[..., 2:]
         out["depth"] = out["depth"][..., 0]
+        if self.input_height:
+            log_height = out["size"][..., 2].detach()  # log metres
+            box_height = (boxes[..., 3].detach() * self.input_height).clamp(min=1.0)  # pixels
+            out["depth"] = out["depth"] + math.log(F_REF) + log_height - torch.log(box_height)
         return {f"{prefix}.{k}": v for k, v in out.items()} | {f"{prefix}.attribute": raw[..., start:]}
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
