@@ -85,3 +85,16 @@ def motion_experiment_dict(data_root: str, **overrides) -> dict:
     )
     cfg.update(overrides)
     return cfg
+
+
+def front_camera_copy(small_dataset: str, tmp_path) -> tuple[str, object]:
+    """(root, datamodule): a private copy of the small dataset (no label cache) to damage, with a
+    front-camera datamodule over it."""
+    import shutil
+
+    from perception.data.datamodule import NuScenesDataModule
+
+    root = str(tmp_path / "data")
+    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
+    return root, NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"],
+                                    (224, 448), batch_size=2, val_batch_size=2, num_workers=0, seed=0)

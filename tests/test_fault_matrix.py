@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from perception.data.camera_dataset import ImageReadError
-from perception.data.datamodule import NuScenesDataModule
 from perception.data.image_io import incomplete_reason, read_image_file
+from tests.conftest import front_camera_copy
 
 
 def _truncate(path: str, fraction: float) -> None:
@@ -35,10 +35,7 @@ def test_end_markers_tell_complete_from_truncated_files(tmp_path):
 
 def test_a_truncated_jpeg_is_skipped_in_training_and_an_error_in_evaluation(small_dataset, tmp_path):
     """Before: OpenCV decoded a JPEG cut to 30 % with grey rows and evaluation scored it silently."""
-    root = str(tmp_path / "data")
-    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
-    module = NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"], (224, 448),
-                                batch_size=2, val_batch_size=2, num_workers=0, seed=0)
+    root, module = front_camera_copy(small_dataset, tmp_path)
     train_set, val_set = module.dataset("train"), module.dataset("val")
     train_image = os.path.join(root, train_set.infos[0]["image_path"])
     val_image = os.path.join(root, val_set.infos[0]["image_path"])
@@ -149,10 +146,7 @@ def test_a_corrupt_validation_image_is_skipped_and_counted_during_training(small
     """Before: the first validation raised ImageReadError and the run died with nothing saved."""
     from perception.training.runner import train
 
-    root = str(tmp_path / "data")
-    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
-    module = NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"], (224, 448),
-                                batch_size=2, val_batch_size=2, num_workers=0, seed=0)
+    root, module = front_camera_copy(small_dataset, tmp_path)
     with open(os.path.join(root, module.dataset("val").infos[0]["image_path"]), "wb") as f:
         f.write(b"\xff\xd8 not really a jpeg")
     cfg = _short_run(root, 2, cameras=["CAM_FRONT"])

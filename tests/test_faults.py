@@ -12,11 +12,11 @@ import torch
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.data.camera_dataset import ImageReadError, collate_camera_batch
-from perception.data.datamodule import NuScenesDataModule
 from perception.data.tables import DatasetError, load_nuscenes
 from perception.models.trajectory_transformer import TrajectoryTransformer
 from perception.training.faults import FaultTracker
 from perception.training.motion_system import MotionSystem
+from tests.conftest import front_camera_copy
 
 
 class _PoisonedForecaster(TrajectoryTransformer):
@@ -67,10 +67,7 @@ def test_non_finite_losses_beyond_the_budget_stop_the_run_with_the_per_task_loss
 
 
 def test_unreadable_training_images_are_replaced_and_counted_but_fail_evaluation(small_dataset, tmp_path):
-    root = str(tmp_path / "data")
-    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
-    module = NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"], (224, 448),
-                                batch_size=2, val_batch_size=2, num_workers=0, seed=0)
+    root, module = front_camera_copy(small_dataset, tmp_path)
     train_set, val_set = module.dataset("train"), module.dataset("val")
     truncated = os.path.join(root, train_set.infos[0]["image_path"])
     with open(truncated, "r+b") as f:
