@@ -76,11 +76,12 @@ def main(args: argparse.Namespace) -> int:
         else:
             predictor = None
             if args.onnx:
+                from dataclasses import fields
+
                 from perception.inference.predictors import OnnxPredictor
 
                 heads = cfg.model.heads
-                enabled = tuple(name for name in ("drivable", "obstacles", "lanes", "lights")
-                                if getattr(heads, name) is not None)
+                enabled = tuple(f.name for f in fields(heads) if getattr(heads, f.name) is not None)
                 predictor = OnnxPredictor(args.onnx, threads=args.threads, expected_input_size=tuple(cfg.input_size),
                                           expected_tasks=enabled)
             metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import math
 import os
 import shutil
@@ -44,9 +43,6 @@ CACHE_FORMAT = 4
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
-LOGGER = logging.getLogger("perception.data")
-
-
 class StaleCacheError(RuntimeError):
     pass
 
@@ -69,7 +65,6 @@ def build_lock(cache_root: str, version: str, split: str):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            LOGGER.warning("label cache %s/%s: another process is building it; waiting", directory, split)
             print(f"label cache {directory}/{split}: another process is building it; waiting", flush=True)
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -128,8 +123,7 @@ def load_label_cache(data_root: str, version: str, split: str, cameras, cache_ro
         details = "; ".join(f"{k}: cache has {meta.get('key', {}).get(k)!r}, config needs {expected[k]!r}"
                             for k in differences[:3])
         raise StaleCacheError(
-            f"label cache {directory} was built from other data or settings ({details}). Rebuild it with "
-            f"`python tools/build_label_cache.py CONFIG --split {split} --force` or delete the directory.")
+            f"label cache {directory} was built from other data or settings ({details}). {_rebuild_advice(split)}")
     with open(os.path.join(directory, "infos.json")) as f:
         infos = json.load(f)
     masks = os.path.join(directory, "masks")
@@ -138,9 +132,13 @@ def load_label_cache(data_root: str, version: str, split: str, cameras, cache_ro
     if missing or len(infos) != meta.get("num_infos"):
         raise StaleCacheError(
             f"label cache {directory} is incomplete ({len(missing)} of {len(infos)} masks missing, e.g. "
-            f"{missing[:2]}; {len(infos)} records, meta.json says {meta.get('num_infos')}). Rebuild it with "
-            f"`python tools/build_label_cache.py CONFIG --split {split} --force` or delete the directory.")
+            f"{missing[:2]}; {len(infos)} records, meta.json says {meta.get('num_infos')}). {_rebuild_advice(split)}")
     return infos, directory
+
+
+def _rebuild_advice(split: str) -> str:
+    return (f"Rebuild it with `python tools/build_label_cache.py CONFIG --split {split} --force` or delete the "
+            "directory.")
 
 
 def build_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,

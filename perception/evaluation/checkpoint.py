@@ -18,10 +18,15 @@ def load_model_weights(model: nn.Module, path: str) -> dict:
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict", checkpoint)
-    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")} or dict(state)
+    weights = model_weights(state) or dict(state)  # a bare state dict of the model also loads
     check_weights_fit(model, weights, path)
     model.load_state_dict(weights)
     return checkpoint
+
+
+def model_weights(state: dict) -> dict:
+    """The model's tensors of a Lightning state dict (keys ``model.*``), without the prefix."""
+    return {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
 
 
 def check_weights_fit(model: nn.Module, weights: dict, path: str) -> None:
@@ -48,8 +53,7 @@ def check_resume_fits(model: nn.Module, path: str) -> None:
     """Before Lightning resumes from ``path``: its ``model.*`` weights must fit ``model`` (a motion
     checkpoint into a camera config, or other head sizes, is a CheckpointMismatchError naming the tensors)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    state = checkpoint.get("state_dict", {}) if isinstance(checkpoint, dict) else {}
-    weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    weights = model_weights(checkpoint.get("state_dict", {}) if isinstance(checkpoint, dict) else {})
     if not weights:
         raise CheckpointMismatchError(f"--resume checkpoint {path} holds no training state (no model.* weights in "
                                       "its state_dict); resume from a checkpoint written by tools/train.py")

@@ -23,8 +23,7 @@ class FaultTracker:
     def __init__(self, max_nonfinite_steps: int, max_bad_images: int):
         self.max_nonfinite_steps, self.max_bad_images = max_nonfinite_steps, max_bad_images
         self.nonfinite_steps = 0
-        self.bad_images = 0
-        self.bad_val_images = 0  # this rank's, over the run
+        self.bad_image_counts = {"training": 0, "validation": 0}  # this rank's, over the run
 
     def should_skip(self, total: torch.Tensor, losses: dict[str, torch.Tensor], step: int) -> bool:
         """True when this step must be skipped on every rank; raises once the budget is spent."""
@@ -47,21 +46,15 @@ class FaultTracker:
     def count_bad_images(self, paths: list[str], stage: str = "training") -> None:
         """Count (and log the first paths of) unreadable images of ``stage`` ("training" or "validation");
         past ``max_bad_images`` of one stage the run stops."""
+        count = self.bad_image_counts[stage]
         for path in paths:
-            count = self._add(stage)
+            count += 1
             if count <= MAX_LOGGED_PATHS:
                 LOGGER.warning("skipped unreadable %s image %s (%d so far)", stage, path, count)
-        count = self.bad_images if stage == "training" else self.bad_val_images
+        self.bad_image_counts[stage] = count
         if count > self.max_bad_images:
             raise RuntimeError(f"{count} unreadable {stage} images exceed faults.max_bad_images="
                                f"{self.max_bad_images} (the first are in the log); check the dataset copy")
-
-    def _add(self, stage: str) -> int:
-        if stage == "training":
-            self.bad_images += 1
-            return self.bad_images
-        self.bad_val_images += 1
-        return self.bad_val_images
 
 
 def loss_or_skip(module, total: torch.Tensor, losses: dict[str, torch.Tensor], batch_size: int) -> torch.Tensor | None:

@@ -65,7 +65,8 @@ class PerceptionSystem(L.LightningModule):
         iou = self.val_drivable.compute()["IoU"]
         self.val_drivable.reset()
         self.log("val/drivable_IoU", torch.tensor(iou, device=self.device), prog_bar=True, sync_dist=True)
-        self.log("val/skipped_images", float(self.faults.bad_val_images), sync_dist=True, reduce_fx="sum")
+        skipped = float(self.faults.bad_image_counts["validation"])
+        self.log("val/skipped_images", skipped, sync_dist=True, reduce_fx="sum")
 
     def configure_optimizers(self):
         total_steps = self.trainer.estimated_stepping_batches

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from perception.models.heads.query_memory import (
+    BOX_SAMPLE_OFFSETS,
     MLP,
     ReferenceSampler,
     TokenMemory,
@@ -50,8 +51,7 @@ class BoxQueryHead(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
         self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.box_heads = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(num_layers))
-        num_samples = len(box_sample_points(torch.zeros(1, 1, 4))[0, 0])
-        self.samplers = nn.ModuleList(ReferenceSampler(dim, num_samples) for _ in range(num_layers)) \
+        self.samplers = nn.ModuleList(ReferenceSampler(dim, len(BOX_SAMPLE_OFFSETS)) for _ in range(num_layers)) \
             if reference_sampling else None
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)

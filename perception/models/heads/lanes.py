@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from perception.models.heads.lane_coding import LANE_CLASSES
+from perception.models.heads.lane_coding import LANE_CLASSES, anchor_rows
 from perception.models.heads.query_memory import (
     MLP,
     ReferenceSampler,
@@ -59,7 +59,9 @@ class LaneHead(nn.Module):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         self.samplers = nn.ModuleList(ReferenceSampler(dim, num_points) for _ in range(num_layers)) \
             if reference_sampling else None
-        self.register_buffer("row_y", (torch.arange(num_points) + 0.5) / num_points, persistent=False)  # (P,)
+        # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom): (P,)
+        self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0), dtype=torch.float32),
+                             persistent=False)
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)
         for mlp in [self.enc_points, *self.point_heads]:
@@ -90,9 +92,9 @@ class LaneHead(nn.Module):
             outputs["lanes.dense.points"] = enc_points  # (B, N, P)
             outputs["lanes.dense.anchors"] = anchors.expand(enc_points.shape[0], -1, -1)  # (B, N, 4)
         reference = reference.detach()
+        rows = self.row_y.to(reference.dtype).expand_as(reference)  # (B, Q, P)
         for i, layer in enumerate(self.layers):
             if self.samplers is not None:
-                rows = self.row_y.to(reference.dtype).expand_as(reference)
                 row_points = torch.stack([reference, rows], -1)  # (B, Q, P, 2): x and y of each row's point
                 queries = queries + self.samplers[i](finest, row_points)
             queries = layer(queries, memory, query_pos=self.query_pos(reference), memory_pos=memory_pos)

@@ -81,7 +81,7 @@ class TokenMemory(nn.Module):
         self.level_embed = nn.Parameter(torch.zeros(len(self.levels), dim))
         nn.init.normal_(self.level_embed, std=0.02)
 
-    def forward(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         tokens, positions, anchors, maps = [], [], [], []
         for i, (level_index, proj) in enumerate(zip(self.levels, self.input_proj)):
             x = self.tower(proj(levels[level_index]))  # (B, D, H, W)
