@@ -37,11 +37,13 @@ demo-data: $(DEMO_DATA)/.complete $(BDD_DATA)/.complete
 
 demo: $(STAMP) $(DEMO_DATA)/.complete $(BDD_DATA)/.complete
 	$(PY) tools/train.py configs/demo_synthetic.py --work-dir $(DEMO_WORK)
-	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK)
+	$(PY) tools/test.py configs/demo_synthetic.py $(DEMO_WORK)/checkpoints/last.ckpt --work-dir $(DEMO_WORK) --report
 	$(PY) tools/demo.py configs/demo_synthetic.py --checkpoint $(DEMO_WORK)/checkpoints/last.ckpt \
 		--images $(BDD_DATA)/images/100k/val --out $(DEMO_WORK)/drawn --min-score 0.2
 	@echo "learning curves (training loss, held-out metrics): $(DEMO_WORK)/curves.png"
 	@echo "predictions drawn on the held-out BDD100K-format frames: $(DEMO_WORK)/drawn/"
+	@echo "TensorBoard (losses, metrics, LR per group, drawn validation frames): $(VENV)/bin/tensorboard --logdir $(DEMO_WORK)/tensorboard"
+	@echo "evaluation report (open in a browser): $(DEMO_WORK)/report/index.html"
 
 # After `make demo`: export the demo checkpoint (all deployment checks), evaluate the ONNX model with
 # ONNX Runtime (same metrics as PyTorch) and draw its predictions on the validation front cameras.

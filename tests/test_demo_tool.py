@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import cv2
 import numpy as np
@@ -14,13 +13,12 @@ from conftest import ALL_HEADS, TINY_MODEL, experiment_dict
 from test_camera_export import _wake_zero_layers
 
 from perception.build import build_model
+from perception.commands import demo
 from perception.config import parse_config
 from perception.export.camera_onnx import export_camera_model
 from perception.inference.drawing import bev_panel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import demo  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -161,3 +161,26 @@ def test_mixed_four_task_run_trains_validates_and_evaluates(small_dataset, bdd_d
                 "lanes/F1_nuscenes", "lanes/F1_bdd100k", "lights/AP50", "lights/AP50_red"):
         assert key in results, key
     assert results["eval/num_images"] == 24 + 6
+
+
+def test_tensorboard_gets_drawn_frames_per_task_losses_and_lr_per_group(small_dataset, bdd_dataset, tmp_path):
+    """Each validation logs the same drawn frames; validation losses per term; the LR of every parameter group."""
+    from conftest import ALL_HEADS, TINY_MODEL
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    work_dir = str(tmp_path / "tb")
+    bdd100k = dict(data_root=bdd_dataset, train_split="train", val_split="val")
+    train(Config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=ALL_HEADS), bdd100k=bdd100k, trainer=dict(
+        max_steps=4, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true", log_every_n_steps=1,
+        val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=1, num_sanity_val_steps=0,
+        enable_progress_bar=False, enable_model_summary=False))), work_dir)
+    events = EventAccumulator(os.path.join(work_dir, "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    images = events.Tags()["images"]
+    assert len(images) == 4 and all(tag.startswith("val_frames/") for tag in images)  # 2 nuScenes front, 2 BDD
+    for tag in images:
+        assert [event.step for event in events.Images(tag)] == [2, 4]  # the same frames at each validation
+        assert events.Images(tag)[0].width > 448  # original resolution + the BEV panel
+    scalars = set(events.Tags()["scalars"])
+    assert {"val/loss_obstacle_cls", "val/loss_lane_points", "val/loss_drivable_ce", "train/loss_light_cls"} <= scalars
+    assert {"lr-AdamW/backbone", "lr-AdamW/backbone_no_decay", "lr-AdamW/heads", "lr-AdamW/heads_no_decay"} <= scalars

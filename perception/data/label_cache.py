@@ -36,6 +36,7 @@ from perception.data.occlusion import NEAR_PLANE, clipped_box_xyxy, visible_frac
 from perception.data.splits import scenes_of_split
 from perception.data.tables import check_inside_root
 from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
+from perception.progress import progress
 
 # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines;
 # 4: per-camera visible fraction of every obstacle, near-plane-clipped 2D boxes
@@ -185,7 +186,7 @@ def _build(data_root: str, version: str, split: str, cameras, cache_root: str, d
     os.makedirs(os.path.join(staging, "masks"))
 
     infos = []
-    for scene in nusc.scene:
+    for scene in progress(nusc.scene, f"label cache {split}", unit="scene"):
         if scene["name"] not in scene_names:
             continue
         location = nusc.get("log", scene["log_token"])["location"]

@@ -25,8 +25,11 @@ def write_submission(results: dict[str, list[dict]], sample_tokens: list[str], p
 
 
 def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
-                       config_name: str = "detection_cvpr_2019") -> dict[str, float]:
-    """Run DetectionEval on ``split`` (official or custom); flat ``nuscenes/*`` metrics."""
+                       config_name: str = "detection_cvpr_2019", plot_dir: str | None = None) -> dict[str, float]:
+    """Run DetectionEval on ``split`` (official or custom); flat ``nuscenes/*`` metrics.
+
+    With ``plot_dir`` the devkit's curves are rendered there (PNG) and AP by distance band is added
+    (``nuscenes/AP_0-20m`` ...; ``perception.evaluation.nuscenes_report``)."""
     from nuscenes.eval.detection.config import config_factory
     from nuscenes.eval.detection.constants import DETECTION_NAMES
     from nuscenes.eval.detection.evaluate import DetectionEval
@@ -42,7 +45,7 @@ def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
             return flat
 
     evaluation = DetectionEval(nusc, config_factory(config_name), result_path, split, output_dir, verbose=False)
-    metrics, _ = evaluation.evaluate()
+    metrics, metric_data = evaluation.evaluate()
     summary = metrics.serialize()
     flat = {"nuscenes/mAP": summary["mean_ap"], "nuscenes/NDS": summary["nd_score"]}
     names = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
@@ -50,6 +53,11 @@ def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
         flat[f"nuscenes/{short}"] = summary["tp_errors"][key]
     for name, ap in summary["mean_dist_aps"].items():
         flat[f"nuscenes/AP_{name}"] = ap
+    if plot_dir is not None:
+        from perception.evaluation.nuscenes_report import ap_by_distance, render_detection_plots
+
+        render_detection_plots(evaluation, metrics, metric_data, plot_dir)
+        flat.update({f"nuscenes/{k}": v for k, v in ap_by_distance(evaluation).items()})
     with open(os.path.join(output_dir, "metrics_summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return flat

@@ -17,6 +17,7 @@ from collections import Counter
 import numpy as np
 
 from perception.export.tensorrt_ops import TENSORRT_8_6_OPS
+from perception.progress import progress
 
 FORBIDDEN_OPS = frozenset({"Shape", "Range", "NonZero", "If", "Loop", "Scan", "ScatterND"})
 # Ops allowed in a dynamic-batch graph only: they compute the batch size at run time.
@@ -161,7 +162,7 @@ def fp16_risk_report(path: str, feeds: list[dict[str, np.ndarray]], flag_abs: fl
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # every node as exported
     options.enable_cpu_mem_arena = False  # the arena would keep every chunk's peak
-    for chunk in chunks:
+    for chunk in progress(chunks, "FP16 range report", unit="chunk"):
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
         del probe.graph.output[:]

@@ -17,6 +17,7 @@ from perception.postprocess.obstacles import CameraBoxes
 
 DRIVABLE_RGB = (0, 200, 90)
 LANE_RGB = {0: (255, 255, 255), 1: (255, 200, 0)}  # lane_divider white, road_divider yellow
+TRUTH_RGB = (255, 0, 255)  # ground truth, wherever it is drawn beside predictions
 LIGHT_RGB = {"red": (255, 40, 40), "yellow": (255, 210, 0), "green": (40, 230, 80), "off": (160, 160, 160)}
 CLASS_RGB = {name: tuple(int(c) for c in cv2.cvtColor(np.uint8([[[int(180 * i / len(DETECTION_CLASSES)), 220, 255]]]),
                                                       cv2.COLOR_HSV2RGB)[0, 0])
@@ -40,11 +41,12 @@ def draw_drivable(image: np.ndarray, mask: np.ndarray, alpha: float = 0.4) -> No
     image[region] = ((1 - alpha) * image[region] + alpha * np.array(DRIVABLE_RGB)).astype(np.uint8)
 
 
-def draw_lanes(image: np.ndarray, lanes) -> None:
+def draw_lanes(image: np.ndarray, lanes, colour: tuple | None = None, width: int | None = None) -> None:
+    """``colour``/``width`` override the class colour and the width (ground truth: thin, in TRUTH_RGB)."""
     for polyline, label in zip(lanes.polylines, lanes.labels):
         points = np.round(polyline).astype(np.int32).reshape(-1, 1, 2)
-        cv2.polylines(image, [points], False, LANE_RGB.get(int(label), (255, 255, 255)), 2 * _thickness(image),
-                      cv2.LINE_AA)
+        cv2.polylines(image, [points], False, colour or LANE_RGB.get(int(label), (255, 255, 255)),
+                      width or 2 * _thickness(image), cv2.LINE_AA)
 
 
 def draw_lights(image: np.ndarray, lights: dict, min_score: float) -> None:
@@ -59,8 +61,11 @@ def draw_lights(image: np.ndarray, lights: dict, min_score: float) -> None:
                     LIGHT_RGB[state], max(1, t // 2), cv2.LINE_AA)
 
 
-def draw_boxes_3d(image: np.ndarray, boxes: CameraBoxes, intrinsics: np.ndarray, min_score: float) -> None:
-    """Project each box's 8 corners with the camera's intrinsics (original pixels); boxes behind the camera skipped."""
+def draw_boxes_3d(image: np.ndarray, boxes: CameraBoxes, intrinsics: np.ndarray, min_score: float,
+                  colour: tuple | None = None) -> None:
+    """Project each box's 8 corners with the camera's intrinsics (original pixels); boxes behind the camera skipped.
+
+    ``colour`` replaces the class colours and the score label (ground truth: TRUTH_RGB, class name only)."""
     t = _thickness(image)
     for i in np.flatnonzero(boxes.scores >= min_score):
         corners = box_corners(boxes.center_cam[i], boxes.size_wlh[i], camera_rotation(boxes.yaw_cam[i]))
@@ -69,19 +74,34 @@ def draw_boxes_3d(image: np.ndarray, boxes: CameraBoxes, intrinsics: np.ndarray,
             continue
         name = DETECTION_CLASSES[int(boxes.labels[i])]
         points = np.round(uv).astype(int)
+        rgb = colour or CLASS_RGB[name]
         for a, b in BOX_EDGES:
-            cv2.line(image, tuple(points[a]), tuple(points[b]), CLASS_RGB[name], t, cv2.LINE_AA)
+            cv2.line(image, tuple(points[a]), tuple(points[b]), rgb, t, cv2.LINE_AA)
         top = points[:, 1].min()
-        cv2.putText(image, f"{name} {boxes.scores[i]:.2f}", (int(points[:, 0].min()), max(int(top) - 4, 10)),
-                    cv2.FONT_HERSHEY_SIMPLEX, 0.35 * t, CLASS_RGB[name], max(1, t // 2), cv2.LINE_AA)
+        text = name if colour else f"{name} {boxes.scores[i]:.2f}"
+        cv2.putText(image, text, (int(points[:, 0].min()), max(int(top) - 4, 10)),
+                    cv2.FONT_HERSHEY_SIMPLEX, 0.35 * t, rgb, max(1, t // 2), cv2.LINE_AA)
+
+
+def draw_boxes_2d(image: np.ndarray, boxes_xyxy: np.ndarray, colour: tuple = None) -> None:
+    """Plain rectangles (ground-truth traffic lights), original pixels."""
+    for box in np.asarray(boxes_xyxy, np.float64).reshape(-1, 4):
+        x0, y0, x1, y1 = np.round(box).astype(int)
+        cv2.rectangle(image, (x0 - 1, y0 - 1), (x1 + 1, y1 + 1), colour or TRUTH_RGB, 1)
+
+
+def draw_mask_outline(image: np.ndarray, mask: np.ndarray, colour: tuple = None) -> None:
+    """The outline of a 0/1 mask (ground-truth drivable area); other values (ignore) count as 0."""
+    contours, _ = cv2.findContours((mask == 1).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    cv2.drawContours(image, contours, -1, colour or TRUTH_RGB, _thickness(image), cv2.LINE_AA)
 
 
 def bev_panel(boxes_xy_yaw: list[tuple[str, float, np.ndarray, float, float]], size: int,
-              range_m: float = 60.0, surround: bool = False) -> np.ndarray:
+              range_m: float = 60.0, surround: bool = False, truth: list = ()) -> np.ndarray:
     """Top-down view, forward up, ego at the bottom centre (``surround``: at the centre): [size,size,3] uint8.
 
     ``boxes_xy_yaw``: (class name, score, centre (right, forward) m, heading angle from forward
-    towards right (rad), (width, length)) per box.
+    towards right (rad), (width, length)) per box; ``truth``: entries alike, drawn thin in TRUTH_RGB.
     """
     panel = np.full((size, size, 3), 30, np.uint8)
     scale = size / (range_m * (2.2 if surround else 1.1))
@@ -96,15 +116,17 @@ def bev_panel(boxes_xy_yaw: list[tuple[str, float, np.ndarray, float, float]], s
                     cv2.FONT_HERSHEY_SIMPLEX, 0.35, (120, 120, 120), 1, cv2.LINE_AA)
     ego = to_px(np.array([[-0.9, -2.0], [0.9, -2.0], [0.9, 2.0], [-0.9, 2.0]]))
     cv2.fillPoly(panel, [np.round(ego).astype(np.int32)], (230, 230, 230))
-    for name, _score, centre, heading, (width, length) in boxes_xy_yaw:
+    entries = [(entry, TRUTH_RGB, 1) for entry in truth]
+    entries += [(entry, CLASS_RGB[entry[0]], 2) for entry in boxes_xy_yaw]
+    for (_name, _score, centre, heading, (width, length)), colour, thickness in entries:
         forward = np.array([np.sin(heading), np.cos(heading)])
         right = np.array([forward[1], -forward[0]])
         corners = centre + np.array([f * length / 2 * forward + r * width / 2 * right
                                      for f, r in ((1, 1), (1, -1), (-1, -1), (-1, 1))])
         pixels = np.round(to_px(corners)).astype(np.int32)
-        cv2.polylines(panel, [pixels], True, CLASS_RGB[name], 2, cv2.LINE_AA)
+        cv2.polylines(panel, [pixels], True, colour, thickness, cv2.LINE_AA)
         cv2.line(panel, tuple(np.round(to_px(centre)).astype(int)),
-                 tuple(np.round(to_px(centre + forward * length / 2)).astype(int)), CLASS_RGB[name], 2, cv2.LINE_AA)
+                 tuple(np.round(to_px(centre + forward * length / 2)).astype(int)), colour, thickness, cv2.LINE_AA)
     cv2.putText(panel, "BEV (m), forward up", (8, 18), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (200, 200, 200), 1,
                 cv2.LINE_AA)
     return panel

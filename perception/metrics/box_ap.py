@@ -16,6 +16,24 @@ def coco_ap50(ground_truth: list[dict], detections: list[dict], class_names: tup
               max_detections: int = 100) -> dict[str, float]:
     """``ground_truth[i]``: boxes_xyxy [M,4], labels [M]; ``detections[i]``: boxes_xyxy [N,4], labels [N],
     scores [N] (image i of both lists is the same image). Returns {"AP50": mean, "AP50_<class>": ...}."""
+    metrics = {"AP50": float("nan")} | {f"AP50_{name}": float("nan") for name in class_names}
+    precision = coco_precision50(ground_truth, detections, class_names, max_detections)
+    if precision is None:
+        return metrics
+    per_class = []
+    for k, name in enumerate(class_names):
+        column = precision[:, k]
+        if (column > -1).any():
+            metrics[f"AP50_{name}"] = float(column[column > -1].mean())
+            per_class.append(metrics[f"AP50_{name}"])
+    metrics["AP50"] = float(np.mean(per_class)) if per_class else float("nan")
+    return metrics
+
+
+def coco_precision50(ground_truth: list[dict], detections: list[dict], class_names: tuple[str, ...],
+                     max_detections: int = 100) -> np.ndarray | None:
+    """pycocotools' interpolated precision [R=101 recall points 0..1, K classes] at IoU 0.5 (-1 where a
+    class has no ground truth); None when the split has no ground truth at all."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -34,9 +52,8 @@ def coco_ap50(ground_truth: list[dict], detections: list[dict], class_names: tup
             results.append({"image_id": image_id, "category_id": int(label) + 1, "bbox": _xywh(box),
                             "score": float(score)})
     categories = [{"id": i + 1, "name": name} for i, name in enumerate(class_names)]
-    metrics = {"AP50": float("nan")} | {f"AP50_{name}": float("nan") for name in class_names}
     if not annotations:
-        return metrics
+        return None
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
         truth_api = COCO()
         truth_api.dataset = {"images": images, "annotations": annotations, "categories": categories}
@@ -53,15 +70,7 @@ def coco_ap50(ground_truth: list[dict], detections: list[dict], class_names: tup
         evaluator.evaluate()
         evaluator.accumulate()
     # precision [T=1, R=101, K, A=1, M=1]; -1 where a class has no ground truth
-    precision = evaluator.eval["precision"][0, :, :, 0, 0]
-    per_class = []
-    for k, name in enumerate(class_names):
-        column = precision[:, k]
-        if (column > -1).any():
-            metrics[f"AP50_{name}"] = float(column[column > -1].mean())
-            per_class.append(metrics[f"AP50_{name}"])
-    metrics["AP50"] = float(np.mean(per_class)) if per_class else float("nan")
-    return metrics
+    return evaluator.eval["precision"][0, :, :, 0, 0]
 
 
 def _xywh(box: np.ndarray) -> list[float]:

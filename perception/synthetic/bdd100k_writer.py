@@ -38,6 +38,7 @@ from perception.geometry import (
     rays_to_ground,
     yaw_to_quaternion,
 )
+from perception.progress import progress
 from perception.synthetic.render import GroundRaster, render_camera
 from perception.synthetic.traffic import simulate_scene
 from perception.synthetic.world import ROAD_HALF_WIDTH, _band, build_world
@@ -246,9 +247,9 @@ def write_synthetic_bdd100k(out_dir: str, spec: Bdd100kSyntheticSpec) -> dict:
              spec.locations[v % len(spec.locations)]) for v in range(spec.videos)]
     if spec.workers > 1:
         with ProcessPoolExecutor(spec.workers) as pool:
-            results = list(pool.map(_video_job, jobs))
+            results = list(progress(pool.map(_video_job, jobs), "synthetic BDD100K", len(jobs), "drive"))
     else:
-        results = [_video_job(job) for job in jobs]
+        results = [_video_job(job) for job in progress(jobs, "synthetic BDD100K", unit="drive")]
     counts = {}
     for split in dict.fromkeys(splits):
         detection = [f for s, d, _ in results if s == split for f in d]

@@ -29,6 +29,7 @@ from perception.geometry import (
     transform_matrix,
     yaw_to_quaternion,
 )
+from perception.progress import progress
 from perception.synthetic.map_expansion import map_expansion_json
 from perception.synthetic.prediction_scenes import prediction_scenes
 from perception.synthetic.render import RASTER_RESOLUTION, GroundRaster, render_camera
@@ -291,9 +292,9 @@ def write_synthetic_nuscenes(out_dir: str, spec: SyntheticSpec) -> dict:
             for i in range(spec.scenes)]
     if spec.workers > 1:
         with ProcessPoolExecutor(spec.workers) as pool:
-            scenes = list(pool.map(_scene_job, jobs))
+            scenes = list(progress(pool.map(_scene_job, jobs), "synthetic nuScenes", len(jobs), "scene"))
     else:
-        scenes = [_scene_job(job) for job in jobs]
+        scenes = [_scene_job(job) for job in progress(jobs, "synthetic nuScenes", unit="scene")]
 
     tables: dict[str, list] = {name: [] for name in (
         "category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",

@@ -22,8 +22,10 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig, scheduler: Scheduler
         is_backbone = name.startswith("backbone.")
         no_decay = parameter.ndim <= 1 or any(token in name for token in _NO_DECAY)
         groups.setdefault((is_backbone, no_decay), []).append(parameter)
+    # Named groups: LearningRateMonitor logs lr-AdamW/<name> (TensorBoard, CSV) per group.
     param_groups = [
-        {"params": params, "lr": cfg.lr * (cfg.backbone_lr_mult if is_backbone else 1.0),
+        {"params": params, "name": ("backbone" if is_backbone else "heads") + ("_no_decay" if no_decay else ""),
+         "lr": cfg.lr * (cfg.backbone_lr_mult if is_backbone else 1.0),
          "weight_decay": 0.0 if no_decay else cfg.weight_decay}
         for (is_backbone, no_decay), params in sorted(groups.items())
     ]

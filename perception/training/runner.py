@@ -20,6 +20,7 @@ from perception.training.curves import plot_curves
 from perception.training.heldout import HeldOutEvaluation
 from perception.training.preemption import SaveOnSigterm, TrainingPreempted, remove_stale_temporaries
 from perception.training.rng_state import RngStateCallback
+from perception.training.tensorboard_frames import TensorBoardFrames
 
 
 def checkpoint_dir(work_dir: str) -> str:
@@ -90,6 +91,8 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     heldout_every = getattr(experiment, "heldout_eval_every_n_steps", 0)  # camera configs only
     if heldout_every:
         trainer_callbacks.append(HeldOutEvaluation(experiment, work_dir, heldout_every))
+    if hasattr(experiment, "postprocess"):  # camera configs: drawn validation frames in TensorBoard
+        trainer_callbacks.append(TensorBoardFrames(experiment))
     trainer_callbacks += list(callbacks or [])
     trainer_args = dict(experiment.trainer)
     if trainer_args.get("enable_progress_bar", True):

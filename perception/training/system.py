@@ -55,6 +55,8 @@ class PerceptionSystem(L.LightningModule):
         total, losses, outputs = self._losses(batch)
         batch_size = batch["images"].shape[0]
         self.log("val/loss", total, batch_size=batch_size, sync_dist=True)
+        for name, value in losses.items():  # per task and term, beside train/loss_<name>
+            self.log(f"val/loss_{name}", value, batch_size=batch_size, sync_dist=True)
         if "drivable.logits" in outputs:
             target = batch["targets"]["drivable"]
             valid = target["valid"]
