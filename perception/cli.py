@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"usage: {prog} {{{','.join(SYNTHETIC)}}} DIR [options]: name the format first", file=sys.stderr)
             return 2
         module_name, prog, rest = SYNTHETIC[rest[0]], f"{prog} {rest[0]}", rest[1:]
-    module = importlib.import_module(f"perception.commands.{module_name}")
-    return module.run(rest, prog=prog)
+    from perception.commands import run_command
+
+    return run_command(importlib.import_module(f"perception.commands.{module_name}"), rest, prog)
 
 
 if __name__ == "__main__":

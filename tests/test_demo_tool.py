@@ -133,11 +133,7 @@ def test_demo_keeps_inputs_that_share_a_stem_apart_and_skips_a_bad_image(demo_se
 
 def test_evaluating_an_onnx_model_under_a_config_with_other_heads_is_an_error(demo_setup, tmp_path, capsys):
     """Before: a model without the lights head under a config with lights exited 0, lights/AP50 silently absent."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("test_tool", os.path.join(REPO, "tools", "test.py"))
-    test_tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(test_tool)
+    from perception.commands import test as test_tool
     args = test_tool.get_args_parser().parse_args([demo_setup["config"], "--onnx", demo_setup["onnx"], "--work-dir",
                                                    str(tmp_path / "eval"), "--cfg-options", "model.heads.lights=None"])
     assert test_tool.main(args) == 2

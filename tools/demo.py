@@ -3,7 +3,7 @@
 
 import sys
 
-from perception.commands.demo import get_args_parser, main, run  # noqa: F401  (get_args_parser, main: for scripts)
+from perception.commands import demo, run_command
 
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run_command(demo))

@@ -3,7 +3,7 @@
 
 import sys
 
-from perception.commands.test import get_args_parser, main, run  # noqa: F401  (get_args_parser, main: for scripts)
+from perception.commands import run_command, test
 
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(run_command(test))

@@ -223,13 +223,7 @@ def _run_nuscenes_sample(perceiver, cfg, args) -> list[str]:
     return written
 
 
-def run(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` (default: the command line) and run; the exit status."""
-    parser = get_args_parser()
-    if prog:
-        parser.prog = prog
-    return main(parser.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    from perception.commands import run_command
+
+    sys.exit(run_command(sys.modules[__name__]))

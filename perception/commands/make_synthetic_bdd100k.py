@@ -29,12 +29,13 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from perception.commands import parse_image_size
     from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k
 
     try:
-        width, height = (int(v) for v in args.image_size.lower().split("x"))
-    except ValueError:
-        print(f"error: --image-size must look like 640x360, got {args.image_size!r}", file=sys.stderr)
+        width, height = parse_image_size(args.image_size)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     spec = Bdd100kSyntheticSpec(videos=args.videos, frames_per_video=args.frames_per_video,
                                 val_videos=args.val_videos, image_size=(width, height), seed=args.seed,
@@ -49,13 +50,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` (default: the command line) and run; the exit status."""
-    parser = get_args_parser()
-    if prog:
-        parser.prog = prog
-    return main(parser.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    from perception.commands import run_command
+
+    sys.exit(run_command(sys.modules[__name__]))

@@ -35,12 +35,13 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from perception.commands import parse_image_size
     from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
 
     try:
-        width, height = (int(v) for v in args.image_size.lower().split("x"))
-    except ValueError:
-        print(f"error: --image-size must look like 800x450, got {args.image_size!r}", file=sys.stderr)
+        width, height = parse_image_size(args.image_size)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     spec = SyntheticSpec(scenes=args.scenes, samples_per_scene=args.samples_per_scene, cameras=args.cameras,
                          image_size=(width, height), val_scenes=args.val_scenes, seed=args.seed,
@@ -54,13 +55,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` (default: the command line) and run; the exit status."""
-    parser = get_args_parser()
-    if prog:
-        parser.prog = prog
-    return main(parser.parse_args(argv))
-
-
 if __name__ == "__main__":
-    sys.exit(run())
+    from perception.commands import run_command
+
+    sys.exit(run_command(sys.modules[__name__]))

@@ -130,13 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             dist.destroy_process_group()
 
 
-def run(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """Parse ``argv`` (default: the command line) and run; the exit status."""
-    parser = get_args_parser()
-    if prog:
-        parser.prog = prog
-    return _run(parser.parse_args(argv))
-
+ENTRY_POINT = _run  # what run_command calls: main(), and the process group's clean exit under torchrun
 
 if __name__ == "__main__":
-    sys.exit(run())
+    from perception.commands import run_command
+
+    sys.exit(run_command(sys.modules[__name__]))
