@@ -57,7 +57,10 @@ def test_deployment_latency_smoke():
 @pytest.mark.slow
 def test_demo_resources_smoke(tmp_path):
     out = run_bench("bench/demo_resources.py", "--toy", "--out", str(tmp_path / "demo"))
-    assert "total" in out
+    assert "total" in out and "SHA-256" in out and "eager latency" in out
+    assert os.path.isfile(tmp_path / "demo" / "work" / "report" / "index.html")  # as make demo: with the report
+    out = run_bench("bench/demo_resources.py", "--toy", "--motion", "--out", str(tmp_path / "motion"))
+    assert "total" in out and "motion/minADE_5" in out
 
 
 @pytest.mark.slow
