@@ -210,18 +210,23 @@ def test_export_tool_writes_a_checked_model_from_a_folder_of_images(small_datase
         cv2.imwrite(str(folder / name), cv2.imread(os.path.join(front, name)))
     out = str(tmp_path / "demo.onnx")
     result = subprocess.run([sys.executable, "tools/export_onnx.py", "configs/demo_synthetic.py", "none", "--out", out,
-                             "--batch", "1", "--images", str(folder)], cwd=REPO, capture_output=True, text=True,
-                            timeout=600)
+                             "--batch", "1", "--images", str(folder), "--int8", "--calib-images", str(folder)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "every deployment check passed" in result.stdout
     with open(tmp_path / "demo.json") as f:
         sidecar = json.load(f)
     assert sidecar["checks"]["parity"]["inputs"] == f"images of {folder}" and sidecar["checks"]["fp16"]["inputs"] == 2
+    # --int8: the Q/DQ copy beside it, its sidecar naming the calibration set, the structural checks passed
+    with open(tmp_path / "demo.int8.json") as f:
+        int8 = json.load(f)
+    assert int8["int8"]["calibration"] == {"method": "percentile", "images": 2, "source": str(folder)}
+    assert int8["int8"]["quantize_nodes"] > 50 and not int8["checks"]["int8_problems"]
+    assert int8["fp32_model"] == "demo.onnx" and "structural checks passed" in result.stdout
 
 
 def test_export_tool_names_a_missing_image_folder(tmp_path, capsys):
-    sys.path.insert(0, os.path.join(REPO, "tools"))
-    import export_onnx
+    from perception.commands import export_onnx
 
     args = export_onnx.get_args_parser().parse_args([os.path.join(REPO, "configs", "demo_synthetic.py"), "none",
                                                      "--out", str(tmp_path / "x.onnx"), "--images",

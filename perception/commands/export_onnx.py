@@ -13,6 +13,13 @@ images (``--images DIR``, else the config's validation split, else synthetic roa
 Writes OUT and OUT's stem + .json (input, pre-processing, outputs, class names, post-processing
 parameters, versions, check results). Exit code 1 when a check fails (both files are still written).
 
+``--int8`` also writes OUT's stem + .int8.onnx: the same graph with explicit INT8 quantization
+(QuantizeLinear / DequantizeLinear pairs, the form TensorRT 8.6+/10 builds INT8 engines from without
+a calibrator), calibrated on real images (``--calib-images DIR``, default the config's validation
+split), with its own sidecar (calibration set, method, scales, what stays in float) and the same
+structural checks (perception/export/int8.py). Evaluate it like the fp32 model:
+``tools/test.py CONFIG --onnx OUT.int8.onnx``.
+
 Motion (trajectory forecasting) configs export the forecaster (dynamic agent axis by default).
 """
 
@@ -38,6 +45,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     group.add_argument("--dynamic-batch", action="store_true", help="dynamic batch axis (motion default)")
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument("--images", help="folder of camera images for the parity check and the FP16 report")
+    parser.add_argument("--int8", action="store_true", help="also write OUT.int8.onnx (Q/DQ, calibrated)")
+    parser.add_argument("--calib-images", help="folder of calibration images (default: the validation split)")
+    parser.add_argument("--calib-count", type=int, default=48, help="calibration images (default 48)")
+    parser.add_argument("--calib-method", default="percentile", choices=("percentile", "minmax"))
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
     return parser
 
@@ -112,6 +123,43 @@ def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:
     fp16 = checks["fp16"]
     print(f"  FP16 risk: largest |activation| {fp16['max_abs']:.3g} over {fp16['inputs']} images "
           f"({fp16['inputs_source']}); {len(fp16['flagged'])} node(s) above {fp16['flag_abs']:g}")
+    if args.int8:
+        return _export_int8(cfg, args, sidecar)
+    return 0
+
+
+def _export_int8(cfg, args: argparse.Namespace, fp32_sidecar: dict) -> int:
+    import json
+
+    import onnx
+
+    from perception.config import ConfigError
+    from perception.export.graph_checks import ExportCheckError, check_structure
+    from perception.export.int8 import int8_path_for, quantize_camera_model
+    from perception.inference.images import folder_inputs, validation_inputs
+
+    if args.calib_count < 1:
+        raise ConfigError(f"--calib-count must be >= 1, got {args.calib_count}")
+    if args.calib_images:
+        images, source = folder_inputs(args.calib_images, tuple(cfg.input_size), args.calib_count), args.calib_images
+    else:
+        images, source = validation_inputs(cfg, args.calib_count), f"{cfg.data_root} split {cfg.val_split}"
+    if images is None or len(images) == 0:
+        raise ConfigError(f"no calibration images at {source}; give --calib-images DIR (real camera frames)")
+    path = int8_path_for(args.out)
+    int8 = quantize_camera_model(args.out, path, images.numpy(), args.calib_method)
+    int8["calibration"]["source"] = source
+    structure = check_structure(onnx.load(path), dynamic_batch=args.dynamic_batch)
+    sidecar = dict(fp32_sidecar, int8=int8, fp32_model=os.path.basename(args.out))
+    sidecar["checks"] = dict(fp32_sidecar["checks"], structure={k: v for k, v in structure.items() if k != "problems"},
+                             int8_problems=structure["problems"])
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump(sidecar, f, indent=1)
+    if structure["problems"]:
+        raise ExportCheckError(f"{path} failed the structural checks:\n  " + "\n  ".join(structure["problems"]))
+    print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB): {int8['quantize_nodes']} Q/DQ pairs, calibrated on "
+          f"{int8['calibration']['images']} images of {source} ({args.calib_method}); in float: softmax, norms, "
+          f"sampling and {len(int8['kept_in_float'])} output projection(s); structural checks passed")
     return 0
 
 
