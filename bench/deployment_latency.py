@@ -3,7 +3,7 @@
 
     python bench/deployment_latency.py                                   # deployment Swin, 6 cameras
     python bench/deployment_latency.py --config configs/swin_t_nuscenes_bdd100k.py --batch 6
-    python bench/deployment_latency.py --batch 1 --threads 2             # the YOLOP comparison setting
+    python bench/deployment_latency.py --batch 1 --threads 2 --int8      # + INT8 (Q/DQ) and the YOLOP graph
 
 In one run: an fp32 2048^3 matmul probe (this machine's practical FLOP/s), the network's GFLOPs
 (2 x MAC), eager and ONNX Runtime latency p50 / p90 after warm-up (runs interleaved so drift hits
@@ -11,6 +11,12 @@ both alike), the ratio ONNX Runtime / eager (target <= 0.8), the achieved GFLOP/
 fraction of the probe, ONNX Runtime's time per operator type (what holds it back), and the peak
 resident memory of the export (tools/export_onnx.py with all its checks) and of inference in each
 runtime, each measured in its own process. Random weights unless --checkpoint is given.
+
+``--int8`` adds the Q/DQ graph of tools/export_onnx.py --int8 (calibrated here on synthetic road
+images: latency does not depend on the calibration) to the interleaved runs. At batch 1, when the
+YOLOP peer graph is present (``--yolop``, default ../shared/peers/yolop-384x640.onnx: same 384x640
+input, three 2D tasks, random weights), it is timed in the same loop and the ratios ours / YOLOP
+are printed (issue targets: fp32 <= 0.8, INT8 <= 0.5 of YOLOP fp32).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(ROOT, "configs", "swin_deploy_nuscenes_bdd100k.py")
+DEFAULT_YOLOP = os.path.join(ROOT, "..", "shared", "peers", "yolop-384x640.onnx")
 
 
 def _percentiles(times: list[float]) -> tuple[float, float]:
@@ -82,8 +89,7 @@ def child_main(args) -> int:
     torch.set_num_threads(args.threads)
     if args.child == "export":
         subprocess_args = [args.config, args.checkpoint, "--out", args.model, "--batch", str(args.batch)]
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        import export_onnx
+        from perception.commands import export_onnx
 
         code = export_onnx.main(export_onnx.get_args_parser().parse_args(subprocess_args))
         if code != 0:
@@ -160,41 +166,64 @@ def main(args) -> int:
         eager_peak = _child(args, "eager", path)
         onnx_peak = _child(args, "onnx", path)
 
-        session = _session(path, args.threads)
         feed = {"images": images.numpy()}
-        eager_times, onnx_times = [], []
+        sessions = {"ONNX Runtime": (_session(path, args.threads), feed)}
+        if args.int8:
+            from perception.export.camera_onnx import synthetic_camera_images
+            from perception.export.int8 import int8_path_for, quantize_camera_model
+
+            int8_path = int8_path_for(path)
+            calibration = synthetic_camera_images(max(args.batch, 8), (height, width), seed=2).numpy()
+            quantize_camera_model(path, int8_path, calibration[:args.batch * max(1, 8 // args.batch)])
+            sessions["ONNX Runtime INT8"] = (_session(int8_path, args.threads), feed)
+        yolop = args.yolop if args.batch == 1 and args.yolop and os.path.isfile(args.yolop) else None
+        if yolop:
+            peer = _session(yolop, args.threads)
+            peer_input = peer.get_inputs()[0]
+            sessions["YOLOP (peer)"] = (peer, {peer_input.name: torch.randn(*peer_input.shape).numpy()})
+        times = {"PyTorch eager": [], **{name: [] for name in sessions}}
         with torch.no_grad():
             for _ in range(args.warmup):
                 model(images)
-                session.run(None, feed)
-            for _ in range(args.runs):
+                for session, session_feed in sessions.values():
+                    session.run(None, session_feed)
+            for _ in range(args.runs):  # interleaved: drift of the machine hits every runtime alike
                 start = time.perf_counter()
                 model(images)
-                eager_times.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                session.run(None, feed)
-                onnx_times.append(time.perf_counter() - start)
+                times["PyTorch eager"].append(time.perf_counter() - start)
+                for name, (session, session_feed) in sessions.items():
+                    start = time.perf_counter()
+                    session.run(None, session_feed)
+                    times[name].append(time.perf_counter() - start)
         profile = _operator_profile(path, feed, args.threads)
     probe_after = matmul_probe_gflops()  # the machine's state drifts: probe before and after, use the mean
     probe_before, probe = probe, (probe + probe_after) / 2
 
-    eager_p50, eager_p90 = _percentiles(eager_times)
-    onnx_p50, onnx_p90 = _percentiles(onnx_times)
+    p50 = {name: _percentiles(values)[0] for name, values in times.items()}
+    peaks = {"PyTorch eager": eager_peak, "ONNX Runtime": onnx_peak}
     print(f"{os.path.relpath(args.config, ROOT)}  input {height}x{width}  batch {args.batch}  threads {args.threads}  "
           f"runs {args.runs} (after {args.warmup} warm-up)")
     print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s (before {probe_before:.1f}, after "
           f"{probe_after:.1f})")
     print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image)")
-    print(f"{'runtime':<16}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}")
-    for name, p50, p90, peak in (("PyTorch eager", eager_p50, eager_p90, eager_peak),
-                                 ("ONNX Runtime", onnx_p50, onnx_p90, onnx_peak)):
-        print(f"{name:<16}{p50 * 1e3:>10.1f}{p90 * 1e3:>10.1f}{gflops / p50:>10.1f}{gflops / p50 / probe:>10.2f}"
-              f"{peak:>13.0f}")
-    print(f"ONNX Runtime / eager latency (p50): {onnx_p50 / eager_p50:.2f} (target <= 0.8)")
+    print(f"{'runtime':<20}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}")
+    for name, values in times.items():
+        ours = name != "YOLOP (peer)"
+        rate = f"{gflops / p50[name]:>10.1f}{gflops / p50[name] / probe:>10.2f}" if ours else f"{'':>20}"
+        peak = f"{peaks[name]:>13.0f}" if name in peaks else ""
+        print(f"{name:<20}{p50[name] * 1e3:>10.1f}{_percentiles(values)[1] * 1e3:>10.1f}{rate}{peak}")
+    print(f"ONNX Runtime / eager latency (p50): {p50['ONNX Runtime'] / p50['PyTorch eager']:.2f} (target <= 0.8)")
+    if "ONNX Runtime INT8" in p50:
+        print(f"INT8 / fp32 ONNX Runtime (p50): {p50['ONNX Runtime INT8'] / p50['ONNX Runtime']:.2f}")
+    if "YOLOP (peer)" in p50:
+        print(f"ours fp32 / YOLOP fp32 (p50): {p50['ONNX Runtime'] / p50['YOLOP (peer)']:.2f} (target <= 0.8)")
+        if "ONNX Runtime INT8" in p50:
+            print(f"ours INT8 / YOLOP fp32 (p50): {p50['ONNX Runtime INT8'] / p50['YOLOP (peer)']:.2f} "
+                  "(target <= 0.5)")
     print(f"export (tools/export_onnx.py incl. checks): {export_seconds:.1f} s, peak RSS {export_peak:.0f} MB")
     print("ONNX Runtime kernel time by operator: " + ", ".join(f"{op} {share:.0%}" for op, share in profile[:10]))
     matmul_share = sum(share for op, share in profile if "MatMul" in op or "Gemm" in op or op == "Conv")
-    kernels = gflops / (onnx_p50 * matmul_share) / probe
+    kernels = gflops / (p50["ONNX Runtime"] * matmul_share) / probe
     print(f"  matmul / gemm / conv kernels: {matmul_share:.0%} of the time, running at {kernels:.2f} of the probe "
           "themselves (small per-window and per-query matrices); the rest is memory-bound (transposes of window "
           "partitioning, GELU, softmax, layer norm, adds)")
@@ -209,6 +238,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--int8", action="store_true", help="also time the Q/DQ INT8 graph")
+    parser.add_argument("--yolop", default=DEFAULT_YOLOP, help="peer graph timed alongside at batch 1 (if present)")
     parser.add_argument("--child", choices=["export", "eager", "onnx"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     return parser

@@ -309,11 +309,9 @@ def test_the_stale_cache_hint_repeats_the_runs_options():
 def test_export_into_a_folder_that_cannot_be_written_is_a_clear_error_before_exporting(tmp_path, capsys):
     """Before: an OSError traceback after the export's minutes of checks. (A path below a regular file
     cannot be created by any user, root included, which ignores read-only permission bits.)"""
-    import sys
+    from perception.commands import export_onnx
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.join(repo, "tools"))
-    import export_onnx
 
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")

@@ -8,10 +8,11 @@ its Q/DQ graph also runs in ONNX Runtime, so the same ``tools/test.py --onnx`` s
 Optimizer would add a dependency of several hundred MB for the same graph form.
 
 TensorRT's rules, set here: symmetric INT8 (zero point 0) for activations and weights,
-per-channel weight scales, biases left in float (no INT32 Q/DQ), and only the ops TensorRT runs in INT8 quantized (Conv, MatMul,
-Gemm). Everything else stays float: softmax, layer norm, GELU, the sampling (GridSample), and
-the heads' final projections (the layers producing the graph outputs: boxes and logits whose
-small differences move scores and boxes most), found by walking back from each output.
+per-channel weight scales, biases left in float (no INT32 Q/DQ), and only the ops TensorRT
+runs in INT8 quantized (Conv, MatMul, Gemm). Everything else stays float: softmax, layer norm,
+GELU, the sampling (GridSample), and the heads' final projections (the layers producing the
+graph outputs: boxes and logits, whose small differences move scores and boxes most), found by
+walking back from each output.
 """
 
 from __future__ import annotations
