@@ -11,7 +11,7 @@ from test_camera_export import INPUT_SIZE, four_task_model  # noqa: F401  (the m
 
 from perception.export.camera_onnx import export_camera_model, synthetic_camera_images
 from perception.export.graph_checks import check_structure, query_set_agreement
-from perception.export.int8 import final_projections, int8_path_for, quantize_camera_model
+from perception.export.int8 import FLOAT_HEADS, final_projections, int8_path_for, quantize_camera_model
 
 # Stated tolerances of the Q/DQ graph against fp32 on an unseen input (random-weight tiny model):
 DENSE_RELATIVE = 0.2  # drivable logits: max |diff| <= 0.2 x max |fp32|
@@ -45,7 +45,7 @@ def test_qdq_graph_passes_the_structural_checks_with_symmetric_int8(quantized):
     assert report["calibration"] == {"method": "percentile", "images": 8}
 
 
-def test_only_conv_and_matmul_weights_are_int8_and_output_projections_stay_float(quantized):
+def test_only_conv_and_matmul_weights_are_int8_and_output_projections_and_float_heads_stay_float(quantized):
     fp32, int8, report = quantized
     graph = onnx.load(int8)
     initializers = {t.name for t in graph.graph.initializer}
@@ -59,7 +59,10 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_stay_float
     for node in weight_dequantize:  # INT8 weights feed only the ops TensorRT runs in INT8
         assert {c.op_type for c in consumers[node.output[0]]} <= {"Conv", "MatMul", "Gemm"}
     kept = set(report["kept_in_float"])
-    assert kept == set(final_projections(onnx.load(fp32))) and kept
+    fp32_nodes = onnx.load(fp32).graph.node
+    lane_and_light_layers = {n.name for n in fp32_nodes if n.op_type in ("Conv", "MatMul", "Gemm")
+                             and n.name.startswith(FLOAT_HEADS)}
+    assert kept == set(final_projections(onnx.load(fp32))) | lane_and_light_layers and lane_and_light_layers
     fp32_graph = onnx.load(fp32).graph
     learned = {t.name for t in fp32_graph.initializer}
     checked = 0
@@ -68,7 +71,7 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_stay_float
             # the same weight tensor in the Q/DQ graph is still a float initializer, not a DequantizeLinear output
             assert node.input[1] in initializers and node.input[1] not in producer, node.name
             checked += 1
-    assert checked >= len(kept) // 2
+    assert checked >= 5
 
 
 def test_qdq_outputs_stay_within_the_stated_tolerance_of_fp32(quantized):

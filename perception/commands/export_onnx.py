@@ -159,7 +159,8 @@ def _export_int8(cfg, args: argparse.Namespace, fp32_sidecar: dict) -> int:
         raise ExportCheckError(f"{path} failed the structural checks:\n  " + "\n  ".join(structure["problems"]))
     print(f"wrote {path} ({os.path.getsize(path) / 1e6:.1f} MB): {int8['quantize_nodes']} Q/DQ pairs, calibrated on "
           f"{int8['calibration']['images']} images of {source} ({args.calib_method}); in float: softmax, norms, "
-          f"sampling and {len(int8['kept_in_float'])} output projection(s); structural checks passed")
+          f"sampling, the lane and light heads and the output projections ({len(int8['kept_in_float'])} layers); "
+          "structural checks passed")
     return 0
 
 

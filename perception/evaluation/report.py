@@ -138,7 +138,7 @@ def _obstacles(cfg, metrics: dict[str, float], directory: str) -> str:
                if k.startswith("nuscenes/AP_") and not k[len("nuscenes/AP_"):][0].isdigit()}
     class_pairs = [[os.path.join(plot_dir, f"{name}_{kind}.png") for kind in ("pr", "tp")]
                    for name in classes if os.path.isfile(os.path.join(plot_dir, f"{name}_pr.png"))]
-    figures = [bar_plot(bands, "mAP by distance band (devkit matching per band)", "AP",
+    figures = [bar_plot(bands, "mAP by distance band", "AP",
                         os.path.join(directory, "obstacles_ap_by_distance.png")),
                bar_plot(classes, "AP by class (devkit)", "AP", os.path.join(directory, "obstacles_ap_by_class.png"))]
     rows = [(name, value, *(metrics.get(f"nuscenes/AP_{band}_{name}", float("nan")) for band in bands))

@@ -31,7 +31,7 @@ def precision_recall_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], titl
         axis.plot(*operating_point, "ko", label="reported operating point")
     axis.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision", title=title)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="lower left")
+    axis.legend(fontsize=8, loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -19,7 +19,8 @@ DRIVABLE_RGB = (0, 200, 90)
 LANE_RGB = {0: (255, 255, 255), 1: (255, 200, 0)}  # lane_divider white, road_divider yellow
 TRUTH_RGB = (255, 0, 255)  # ground truth, wherever it is drawn beside predictions
 LIGHT_RGB = {"red": (255, 40, 40), "yellow": (255, 210, 0), "green": (40, 230, 80), "off": (160, 160, 160)}
-CLASS_RGB = {name: tuple(int(c) for c in cv2.cvtColor(np.uint8([[[int(180 * i / len(DETECTION_CLASSES)), 220, 255]]]),
+# Hues from red to blue only (OpenCV hue 0-130 of 180): magenta is TRUTH_RGB's.
+CLASS_RGB = {name: tuple(int(c) for c in cv2.cvtColor(np.uint8([[[int(130 * i / len(DETECTION_CLASSES)), 220, 255]]]),
                                                       cv2.COLOR_HSV2RGB)[0, 0])
              for i, name in enumerate(DETECTION_CLASSES)}
 # Box edges by corner index (box_corners: 0-3 front face, 4-7 back, 0,1,4,5 top).
