@@ -145,15 +145,17 @@ def test_trainer_keys_managed_by_the_runner_are_rejected(small_dataset):
 
 def test_mixed_four_task_run_trains_validates_and_evaluates(small_dataset, bdd_dataset, tmp_path):
     """The runner on nuScenes + BDD100K with all four heads: mixed training batches, validation
-    over both splits (sharded sampler keys), then every task's metrics from tools/test.py's path."""
+    over both splits (sharded sampler keys), what TensorBoard receives, then every task's metrics
+    from tools/test.py's path."""
     from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL
 
     overrides = dict(model=dict(TINY_MODEL, heads=ALL_HEADS), loss_weights=ALL_LOSS_WEIGHTS,
                      bdd100k=dict(data_root=bdd_dataset, sample_fraction=0.5))
-    trainer = experiment_dict(small_dataset)["trainer"] | dict(limit_val_batches=2, val_check_interval=2)
+    trainer = experiment_dict(small_dataset)["trainer"] | dict(limit_val_batches=2, val_check_interval=2, max_steps=4)
     metrics = train(Config(experiment_dict(small_dataset, trainer=trainer, **overrides)), str(tmp_path / "work"))
     assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith(("train/", "val/")))
     assert {"train/loss_lane_points", "train/loss_light_cls", "val/drivable_IoU"} <= set(metrics)
+    _check_tensorboard(str(tmp_path / "work" / "tensorboard"))
     cfg = parse_config(experiment_dict(small_dataset, **overrides))
     results = evaluate(cfg, str(tmp_path / "work" / "checkpoints" / "last.ckpt"), str(tmp_path / "eval"),
                        num_workers=0)
@@ -163,24 +165,17 @@ def test_mixed_four_task_run_trains_validates_and_evaluates(small_dataset, bdd_d
     assert results["eval/num_images"] == 24 + 6
 
 
-def test_tensorboard_gets_drawn_frames_per_task_losses_and_lr_per_group(small_dataset, bdd_dataset, tmp_path):
+def _check_tensorboard(directory: str) -> None:
     """Each validation logs the same drawn frames; validation losses per term; the LR of every parameter group."""
-    from conftest import ALL_HEADS, TINY_MODEL
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    work_dir = str(tmp_path / "tb")
-    bdd100k = dict(data_root=bdd_dataset, train_split="train", val_split="val")
-    train(Config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=ALL_HEADS), bdd100k=bdd100k, trainer=dict(
-        max_steps=4, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true", log_every_n_steps=1,
-        val_check_interval=2, check_val_every_n_epoch=None, limit_val_batches=1, num_sanity_val_steps=0,
-        enable_progress_bar=False, enable_model_summary=False))), work_dir)
-    events = EventAccumulator(os.path.join(work_dir, "tensorboard"), size_guidance={"images": 0})
+    events = EventAccumulator(directory, size_guidance={"images": 0})
     events.Reload()
     images = events.Tags()["images"]
     assert len(images) == 4 and all(tag.startswith("val_frames/") for tag in images)  # 2 nuScenes front, 2 BDD
     for tag in images:
         assert [event.step for event in events.Images(tag)] == [2, 4]  # the same frames at each validation
-        assert events.Images(tag)[0].width > 448  # original resolution + the BEV panel
+        assert events.Images(tag)[0].width > 448  # original resolution (+ the BEV panel on nuScenes frames)
     scalars = set(events.Tags()["scalars"])
     assert {"val/loss_obstacle_cls", "val/loss_lane_points", "val/loss_drivable_ce", "train/loss_light_cls"} <= scalars
     assert {"lr-AdamW/backbone", "lr-AdamW/backbone_no_decay", "lr-AdamW/heads", "lr-AdamW/heads_no_decay"} <= scalars
