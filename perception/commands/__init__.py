@@ -6,6 +6,7 @@ process needs more around ``main``, e.g. torchrun's clean exit in ``test``).
 
 from __future__ import annotations
 
+import argparse
 from types import ModuleType
 
 
@@ -18,10 +19,10 @@ def run_command(module: ModuleType, argv: list[str] | None = None, prog: str | N
     return entry(parser.parse_args(argv))
 
 
-def parse_image_size(text: str) -> tuple[int, int]:
-    """"640x360" -> (640, 360); a clear error for anything else."""
+def image_size(text: str) -> tuple[int, int]:
+    """argparse type: "640x360" -> (640, 360); anything else is argparse's usage error (exit 2) naming the value."""
     try:
         width, height = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"--image-size must look like 640x360 (WIDTHxHEIGHT), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must look like 640x360 (WIDTHxHEIGHT), got {text!r}") from None
     return width, height

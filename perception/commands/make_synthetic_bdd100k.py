@@ -17,26 +17,24 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
+    from perception.commands import image_size
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="dataset root to write (created)")
     parser.add_argument("--videos", type=int, default=8, help="drives; each gives frames to one split")
     parser.add_argument("--frames-per-video", type=int, default=12)
     parser.add_argument("--val-videos", type=int, default=2, help="drives in the val split (the last ones)")
-    parser.add_argument("--image-size", default="640x360", help="WxH of the images (BDD100K itself: 1280x720)")
+    parser.add_argument("--image-size", type=image_size, default="640x360",
+                        help="WxH of the images (BDD100K itself: 1280x720)")
     parser.add_argument("--workers", type=int, default=2, help="processes rendering drives in parallel")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    from perception.commands import parse_image_size
     from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k
 
-    try:
-        width, height = parse_image_size(args.image_size)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    width, height = args.image_size  # parsed by argparse (commands.image_size)
     spec = Bdd100kSyntheticSpec(videos=args.videos, frames_per_video=args.frames_per_video,
                                 val_videos=args.val_videos, image_size=(width, height), seed=args.seed,
                                 workers=args.workers)

@@ -17,13 +17,16 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 
 def get_args_parser() -> argparse.ArgumentParser:
+    from perception.commands import image_size
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="dataset root to write (created)")
     parser.add_argument("--scenes", type=int, default=10)
     parser.add_argument("--samples-per-scene", type=int, default=16, help="keyframes per scene (2 Hz)")
     parser.add_argument("--cameras", type=int, choices=(0, 1, 6), default=6,
                         help="cameras per sample; 0 writes no images (enough for motion forecasting)")
-    parser.add_argument("--image-size", default="800x450", help="WxH of the camera images")
+    parser.add_argument("--image-size", type=image_size, default="800x450",
+                        help="WxH of the camera images")
     parser.add_argument("--val-scenes", type=int, default=2, help="scenes in the validation split (the last ones)")
     parser.add_argument("--version", default="v1.0-trainval", help="table folder name, e.g. v1.0-trainval, v1.0-mini")
     parser.add_argument("--scene-names", default=None, help="comma-separated scene names (default scene-0001, ...)")
@@ -35,14 +38,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perception.commands import parse_image_size
     from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
 
-    try:
-        width, height = parse_image_size(args.image_size)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    width, height = args.image_size  # parsed by argparse (commands.image_size)
     spec = SyntheticSpec(scenes=args.scenes, samples_per_scene=args.samples_per_scene, cameras=args.cameras,
                          image_size=(width, height), val_scenes=args.val_scenes, seed=args.seed,
                          version=args.version, train_split=args.train_split, val_split=args.val_split,

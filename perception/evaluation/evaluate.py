@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader
 
 from perception.build import build_datamodule
 from perception.config import ExperimentConfig
-from perception.data.camera_dataset import collate_camera_batch, drop_hidden_obstacles
+from perception.data.camera_dataset import collate_camera_batch
 from perception.data.sampling import ResumableSampler
-from perception.evaluation.frame_scores import lane_sweep_entry, obstacle_frame_counts
+from perception.evaluation.frame_scores import lane_sweep_entry, obstacle_frame_counts, visible_truth_boxes
 from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
 from perception.inference.predictors import TorchPredictor
 from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
@@ -126,9 +126,7 @@ def _image_result(cfg: ExperimentConfig, dataset, outputs: dict, probability, i:
                              post.obstacle_score_threshold)
         result["boxes"] = to_global(boxes, meta["ego_from_camera"], meta["global_from_ego"])
         if info is not None:
-            truth = drop_hidden_obstacles(info, cfg.min_obstacle_visibility)["obstacles"]
-            truth = {"center_cam": np.asarray(truth["center_cam"], np.float64).reshape(-1, 3),
-                     "labels": np.asarray(truth["label"], np.int64).reshape(-1)}
+            truth = visible_truth_boxes(info, cfg.min_obstacle_visibility)
             result["obstacle_counts"] = obstacle_frame_counts(boxes, truth)
     if "lanes.logits" in outputs and meta["lanes_gt"] is not None:
         lanes = decode_lanes(outputs, i, input_size, meta["affine"], post.lane_score_threshold,

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from perception.data.camera_dataset import drop_hidden_obstacles
 from perception.metrics.lanes import IOU_THRESHOLD, lane_iou_matrix
+from perception.postprocess.obstacles import CameraBoxes
 
 REPORT_MIN_SCORE = 0.3  # the drawings' operating point (tools/demo.py's default --min-score)
 OBSTACLE_MATCH_METRES = 2.0  # the devkit's middle centre-distance threshold
@@ -49,15 +51,25 @@ def greedy_match(similarity: np.ndarray, scores: np.ndarray, threshold: float, l
     return pairs
 
 
-def obstacle_frame_counts(predicted, truth: dict, min_score: float = REPORT_MIN_SCORE) -> tuple[int, int, int]:
-    """(TP, FP, FN) of one camera image: same class, BEV centre within 2 m (camera x, z), score >= min_score.
+def visible_truth_boxes(info: dict, min_visibility: float) -> CameraBoxes:
+    """The ground-truth obstacles of a label-cache camera record that the camera sees at least ``min_visibility``
+    of (the training targets' rule), as CameraBoxes (camera frame; score 1, no velocity or attribute)."""
+    truth = drop_hidden_obstacles(info, min_visibility)["obstacles"]
+    count = len(truth["label"])
+    return CameraBoxes(np.asarray(truth["center_cam"], np.float64).reshape(-1, 3),
+                       np.asarray(truth["size_wlh"], np.float64).reshape(-1, 3),
+                       np.asarray(truth["yaw_cam"], np.float64).reshape(-1), np.zeros((count, 2)),
+                       np.asarray(truth["label"], np.int64).reshape(-1), np.ones(count), [""] * count)
 
-    ``predicted``: CameraBoxes; ``truth``: {"center_cam" [M,3] camera frame m, "labels" [M]}."""
+
+def obstacle_frame_counts(predicted: CameraBoxes, truth: CameraBoxes, min_score: float = REPORT_MIN_SCORE
+                          ) -> tuple[int, int, int]:
+    """(TP, FP, FN) of one camera image: same class, BEV centre within 2 m (camera x, z), score >= min_score."""
     keep = np.flatnonzero(predicted.scores >= min_score)
     centres, labels = predicted.center_cam[keep][:, [0, 2]], predicted.labels[keep]
-    truth_centres = np.asarray(truth["center_cam"], np.float64).reshape(-1, 3)[:, [0, 2]]
+    truth_centres = truth.center_cam[:, [0, 2]]
     distance = np.linalg.norm(centres[:, None] - truth_centres[None], axis=-1)
-    distance[labels[:, None] != np.asarray(truth["labels"])[None]] = np.inf
+    distance[labels[:, None] != truth.labels[None]] = np.inf
     tp = len(greedy_match(distance, predicted.scores[keep], OBSTACLE_MATCH_METRES, larger_is_better=False))
     return tp, len(keep) - tp, len(truth_centres) - tp
 

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from perception.data.nuscenes_constants import DETECTION_CLASSES
 from perception.evaluation.frame_scores import REPORT_MIN_SCORE, lane_precision_recall, light_confusion
 from perception.evaluation.nuscenes_report import DISTANCE_BANDS, band_name
 from perception.evaluation.report_gallery import write_gallery
@@ -134,8 +135,7 @@ def _obstacles(cfg, metrics: dict[str, float], directory: str) -> str:
     devkit = [p for p in devkit if os.path.isfile(p)]
     bands = {band_name(lo, hi): metrics.get(f"nuscenes/AP_{band_name(lo, hi)}", float("nan"))
              for lo, hi in DISTANCE_BANDS}
-    classes = {k[len("nuscenes/AP_"):]: v for k, v in metrics.items()
-               if k.startswith("nuscenes/AP_") and not k[len("nuscenes/AP_"):][0].isdigit()}
+    classes = {name: metrics[f"nuscenes/AP_{name}"] for name in DETECTION_CLASSES if f"nuscenes/AP_{name}" in metrics}
     class_pairs = [[os.path.join(plot_dir, f"{name}_{kind}.png") for kind in ("pr", "tp")]
                    for name in classes if os.path.isfile(os.path.join(plot_dir, f"{name}_pr.png"))]
     figures = [bar_plot(bands, "mAP by distance band", "AP",

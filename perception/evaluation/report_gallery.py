@@ -14,13 +14,13 @@ import os
 import cv2
 import numpy as np
 
-from perception.data.camera_dataset import drop_hidden_obstacles, read_image_rgb
-from perception.evaluation.frame_scores import REPORT_MIN_SCORE, f1, light_frame_counts
+from perception.data.camera_dataset import read_image_rgb
+from perception.evaluation.frame_scores import REPORT_MIN_SCORE, f1, light_frame_counts, visible_truth_boxes
 from perception.inference import drawing
 from perception.postprocess.drivable import drivable_probability, to_original_image
 from perception.postprocess.lanes import ImageLanes, decode_lanes
 from perception.postprocess.lights import decode_lights
-from perception.postprocess.obstacles import CameraBoxes, decode_image
+from perception.postprocess.obstacles import decode_image
 
 GALLERY_TASKS = ("obstacles", "lanes", "lights", "drivable")
 MAX_WIDTH = 800  # drawn frames are scaled down to this width
@@ -53,12 +53,11 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
     """uint8 RGB [H, W(+BEV), 3]: one validation frame with the predictions of ``tasks`` and their ground truth.
 
     ``predictor`` maps images [1,3,H,W] (CPU) to the outputs dict; only the tasks in its outputs are drawn."""
-    import torch
 
     item = dataset[index]
     meta, info = item["meta"], dataset.infos[index]
     outputs = predictor(item["image"][None])
-    outputs = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in outputs.items()}
+    outputs = {k: v.detach().cpu() for k, v in outputs.items()}
     input_size, post = tuple(cfg.input_size), cfg.postprocess
     image = read_image_rgb(meta["image_path"])
     canvas = image.copy()
@@ -81,12 +80,7 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
                                                   post.light_score_threshold), REPORT_MIN_SCORE)
     if "obstacles" in tasks and "obstacles.logits" in outputs and meta["dataset"] == "nuscenes":
         original_intrinsics = np.linalg.inv(meta["affine"]) @ np.asarray(meta["intrinsics"], np.float64)
-        truth = drop_hidden_obstacles(info, cfg.min_obstacle_visibility)["obstacles"]
-        count = len(truth["label"])
-        truth_boxes = CameraBoxes(np.asarray(truth["center_cam"], np.float64).reshape(-1, 3),
-                                  np.asarray(truth["size_wlh"], np.float64).reshape(-1, 3),
-                                  np.asarray(truth["yaw_cam"], np.float64).reshape(-1), np.zeros((count, 2)),
-                                  np.asarray(truth["label"], np.int64).reshape(-1), np.ones(count), [""] * count)
+        truth_boxes = visible_truth_boxes(info, cfg.min_obstacle_visibility)
         drawing.draw_boxes_3d(canvas, truth_boxes, original_intrinsics, 0.0, colour=drawing.TRUTH_RGB)
         predicted = decode_image(outputs, 0, meta["intrinsics"], input_size, post.obstacle_max_per_image,
                                  post.obstacle_score_threshold)
