@@ -25,7 +25,8 @@ OUTPUT_MEANINGS = {
     "obstacles.velocity": "[B,Q,2] (v_x, v_z) m/s in the camera frame",
     "obstacles.attribute": "[B,Q,A] attribute logits (argmax over the class's allowed attributes)",
     "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
-    "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, normalised to [0, 1] of the input width",
+    "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
+                    "(outside [0, 1]: the lane is off the image at that row; use lanes.visibility)",
     "lanes.visibility": "[B,Q,P] logit that the lane crosses anchor row k inside the image",
     "lights.logits": "[B,Q,4] traffic-light state logits, sigmoid per state (order: light states)",
     "lights.boxes": "[B,Q,4] 2D box (cx, cy, w, h) normalised to [0, 1] of the network input",
