@@ -47,7 +47,7 @@ ALL_HEADS = dict(drivable=dict(channels=32, num_classes=2), obstacles=dict(dim=6
 ALL_LOSS_WEIGHTS = dict(
     drivable_ce=1.0, drivable_dice=1.0, obstacle_cls=2.0, obstacle_l1=5.0, obstacle_giou=2.0, obstacle_center=5.0,
     obstacle_depth=1.0, obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5,
-    lane_cls=2.0, lane_points=5.0, lane_visibility=1.0, light_cls=2.0, light_l1=5.0, light_giou=2.0)
+    lane_cls=2.0, lane_points=5.0, lane_visibility=1.0, lane_mask=1.0, light_cls=2.0, light_l1=5.0, light_giou=2.0)
 
 
 def experiment_dict(data_root: str, **overrides) -> dict:

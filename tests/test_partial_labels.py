@@ -20,7 +20,7 @@ from perception.data.mixing import MixedDataset
 from perception.data.sampling import item_index
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
-TASK_LOSSES = {"lanes": ("lane_cls", "lane_points", "lane_visibility"),
+TASK_LOSSES = {"lanes": ("lane_cls", "lane_points", "lane_visibility", "lane_mask"),
                "lights": ("light_cls", "light_l1", "light_giou"),
                "obstacles": ("obstacle_cls", "obstacle_l1", "obstacle_giou", "obstacle_center", "obstacle_depth")}
 

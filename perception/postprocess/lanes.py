@@ -23,7 +23,9 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
     probability = outputs["lanes.logits"][index].float().sigmoid()  # (Q, C)
     scores, labels = probability.max(dim=-1)
     points = outputs["lanes.points"][index].float().numpy()  # (Q, P)
+    # A row is drawn where the head says the lane crosses it and its x lies inside the image.
     visible = (outputs["lanes.visibility"][index].float().sigmoid() > visibility_threshold).numpy()
+    visible &= (points >= 0.0) & (points <= 1.0)
     inverse = np.linalg.inv(affine)
     polylines, kept_labels, kept_scores = [], [], []
     for q in np.argsort(-scores.numpy()):

@@ -7,6 +7,7 @@ image labelled with zero lanes pushes every query's lane scores down.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,34 @@ from perception.training.box_set_loss import SetCriterion, assigned_pairs, gathe
 from perception.training.dense_assign import lane_assign, level_sizes
 from perception.training.matcher import focal_class_cost
 
-LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility")
+LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
+MASK_LINE_WIDTH = 1  # cells of the mask's level a lane is drawn across
+
+
+def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Tensor:
+    """Encoded lanes (x at the anchor rows, normalised; visible rows) -> float [B,1,h,w]: each lane
+    drawn through its visible rows, ``MASK_LINE_WIDTH`` cells wide."""
+    masks = np.zeros((len(targets), 1, height, width), np.uint8)
+    for i, target in enumerate(targets):
+        points, visible = target["points"].cpu().numpy(), target["visible"].cpu().numpy()
+        rows = anchor_rows(points.shape[1], height)  # (P,) in mask cells
+        for xs, seen in zip(points, visible):
+            if seen.sum() < 2:
+                continue
+            line = np.stack([xs[seen] * width, rows[seen]], axis=1) - 0.5  # cell centres at k + 0.5
+            cv2.polylines(masks[i, 0], [np.round(line * 16).astype(np.int32)], False, 1,
+                          thickness=MASK_LINE_WIDTH, lineType=cv2.LINE_8, shift=4)
+    return torch.from_numpy(masks).to(device=device, dtype=torch.float32)
+
+
+def lane_mask_loss(logits: torch.Tensor, targets: list[dict]) -> torch.Tensor:
+    """Auxiliary lane-marking mask on the finest memory level: BCE + Dice (markings cover a few %
+    of the cells, Dice keeps them from being drowned by the background). logits [B,1,h,w]."""
+    truth = lane_masks(targets, logits.shape[-2], logits.shape[-1], logits.device)
+    bce = F.binary_cross_entropy_with_logits(logits.float(), truth)
+    probability = logits.float().sigmoid()
+    dice = 1 - (2 * (probability * truth).sum() + 1) / (probability.sum() + truth.sum() + 1)
+    return bce + dice
 
 
 class LaneMatcher(nn.Module):
@@ -75,6 +103,8 @@ class LaneCriterion(SetCriterion):
         distance = (pred["points"][batch_index, token_index] - gt_points).abs()
         per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
         losses["lane_points"] = per_lane.sum() / max(len(batch_index), 1)
+        if "mask" in pred:
+            losses["lane_mask"] = lane_mask_loss(pred["mask"], targets)
         return losses
 
     @staticmethod

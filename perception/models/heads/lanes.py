@@ -77,6 +77,9 @@ class LaneHead(nn.Module):
         # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom): (P,)
         self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0), dtype=torch.float32),
                              persistent=False)
+        # Training only: lane markings as a mask on the finest memory level (a linear probe of its
+        # features, the same features the reference sampler reads), absent from the exported graph.
+        self.mask_probe = nn.Conv2d(dim, 1, 1)
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)
         for mlp in [self.enc_points, *self.point_heads]:
@@ -90,7 +93,8 @@ class LaneHead(nn.Module):
                                   image at that row)
         lanes.visibility [B,Q,P]  logit that the lane crosses the row inside the image
         In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
-        ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss).
+        ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
+        [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss).
         """
         memory, memory_pos, anchors, finest = self.memory(levels)
         features = self.enc_output(memory)  # (B, N, D)
@@ -109,6 +113,7 @@ class LaneHead(nn.Module):
             outputs["lanes.dense.logits"] = enc_logits  # (B, N, C): every token, for the dense loss
             outputs["lanes.dense.points"] = enc_points  # (B, N, P)
             outputs["lanes.dense.anchors"] = anchors.expand(enc_points.shape[0], -1, -1)  # (B, N, 4)
+            outputs["lanes.dense.mask"] = self.mask_probe(finest)  # (B, 1, h, w) logits, finest level
         reference = reference.detach()
         rows = row_y.expand_as(reference)  # (B, Q, P)
         for i, layer in enumerate(self.layers):

@@ -8,6 +8,10 @@ the depth loss does not bend the box or the size). Off by default: in the conver
 not lower the held-out translation error at the demo's budget (1.29 m vs 1.25 m, mAP 0.024 vs 0.034);
 truncated and occluded boxes, whose 2D height is not the object's, may need the residual to learn
 more than the free regression does.
+
+The 3D MLP reads the query's own 2D box (detached) beside its feature: a query's feature says what
+the object looks like but not where in the image it is, and the image row of an object's foot and
+its box height are the strongest monocular depth cues (a camera at a fixed height over the road).
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from perception.models.heads.query_memory import MLP
 OUTPUT_3D = (("center", 2), ("depth", 1), ("size", 3), ("yaw", 2), ("velocity", 2))
 
 
+BOX_FEATURES = ("cx", "cy", "w", "h", "log_w", "log_h")
+
+
+def box_features(boxes: torch.Tensor) -> torch.Tensor:
+    """boxes [..., 4] cxcywh in [0, 1] of the input -> [..., 6] (BOX_FEATURES): where and how big."""
+    log_size = torch.log(boxes[..., 2:].clamp(min=1e-3))
+    return torch.cat([boxes, log_size], dim=-1)
+
+
 class ObstacleHead(BoxQueryHead):
     """FPN levels -> ``obstacles.*`` tensors (shapes in ``forward``)."""
 
@@ -40,6 +53,7 @@ class ObstacleHead(BoxQueryHead):
                          reference_sampling=reference_sampling)
         self.num_attributes = num_attributes
         self.input_height = input_height
+        self.box_embed = nn.Linear(len(BOX_FEATURES), dim)
         self.head_3d = MLP(dim, dim, sum(n for _, n in OUTPUT_3D) + num_attributes, 3)
         last = self.head_3d.layers[-1]
         nn.init.zeros_(last.weight)
@@ -51,7 +65,7 @@ class ObstacleHead(BoxQueryHead):
             last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
 
     def extra_outputs(self, queries: torch.Tensor, boxes: torch.Tensor, prefix: str) -> dict[str, torch.Tensor]:
-        raw = self.head_3d(queries)
+        raw = self.head_3d(queries + self.box_embed(box_features(boxes.detach())))
         out, start = {}, 0
         for name, width in OUTPUT_3D:
             out[name] = raw[..., start:start + width]
