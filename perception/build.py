@@ -1,4 +1,5 @@
-"""The one place where a validated config turns into objects (model, criteria, data, system)."""
+"""Where a validated config turns into the parts: model, criteria, data. The engine
+(``perception.training.assembly``) puts them into a LightningModule."""
 
 from __future__ import annotations
 
@@ -46,11 +47,11 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:
-    from perception.training.box_set_loss import LightCriterion
-    from perception.training.drivable_loss import DrivableCriterion
-    from perception.training.lane_loss import LaneCriterion, LaneMatcher
-    from perception.training.matcher import HungarianMatcher
-    from perception.training.obstacle_loss import ObstacleCriterion
+    from perception.losses.box_set_loss import LightCriterion
+    from perception.losses.drivable_loss import DrivableCriterion
+    from perception.losses.lane_loss import LaneCriterion, LaneMatcher
+    from perception.losses.matcher import HungarianMatcher
+    from perception.losses.obstacle_loss import ObstacleCriterion
 
     criteria, heads, m = {}, cfg.model.heads, cfg.matcher
     dense = dict(dense_weight=m.dense_weight, dense_class_positives=m.dense_class_positives)
@@ -63,25 +64,6 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
     if heads.lights is not None:
         criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
     return criteria
-
-
-def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: str = ""):
-    if isinstance(cfg, MotionExperimentConfig):
-        from perception.training.motion_system import MotionSystem
-
-        return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, faults=cfg.faults)
-    from perception.training.box_set_loss import LightCriterion
-    from perception.training.drivable_loss import DrivableCriterion
-    from perception.training.lane_loss import LaneCriterion
-    from perception.training.obstacle_loss import ObstacleCriterion
-    from perception.training.system import PerceptionSystem
-
-    model = build_model(cfg.model, tuple(cfg.input_size))
-    known = (DrivableCriterion.loss_names + ObstacleCriterion.loss_names + LaneCriterion.loss_names
-             + LightCriterion.loss_names)
-    return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, known_loss_names=known, faults=cfg.faults)
 
 
 def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
@@ -118,10 +100,3 @@ def build_motion_model(cfg: MotionExperimentConfig):
                                  lane_points=settings.lane_points, dim=m.dim, num_heads=m.num_heads,
                                  ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers,
                                  decoder_layers=m.decoder_layers, num_modes=m.num_modes, dropout=m.dropout)
-
-
-def checkpoint_monitor(cfg: ExperimentConfig | MotionExperimentConfig) -> tuple[str, str]:
-    """(validation metric that picks best.ckpt, "min" or "max")."""
-    if isinstance(cfg, MotionExperimentConfig):
-        return "val/motion_minADE_5", "min"
-    return "val/drivable_IoU", "max"

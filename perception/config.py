@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin, get_type_hints
 
-from perception.data.nuscenes_constants import CAMERAS
+from perception.core.errors import PerceptionError
+from perception.core.nuscenes_constants import CAMERAS
 
 
-class ConfigError(ValueError):
+class ConfigError(PerceptionError, ValueError):
     pass
 
 
@@ -63,7 +64,7 @@ class LaneHeadConfig:
     num_layers: int = 2
     num_heads: int = 4
     ffn_dim: int = 256
-    num_points: int = 24  # row anchors spread over the input height (perception.models.heads.lane_coding)
+    num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
     levels: tuple = (1, 2, 3)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
     reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
@@ -95,7 +96,7 @@ class MatcherConfig:
     cost_bbox: float = 5.0
     cost_giou: float = 2.0
     cost_points: float = 5.0  # lanes: mean L1 of x over the target's visible rows
-    # Weight of the dense one-to-many losses on every memory token (perception.training.dense_assign),
+    # Weight of the dense one-to-many losses on every memory token (perception.losses.dense_assign),
     # added to the set losses of the same names; trains query selection. 0 turns them off.
     dense_weight: float = 1.0
     # "all": every token the assigner picks is a class positive; "one": only each object's best token
