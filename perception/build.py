@@ -26,21 +26,13 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
         heads["drivable"] = DrivableHead(neck.channels, cfg.heads.drivable.channels, cfg.heads.drivable.num_classes)
     if cfg.heads.obstacles is not None:
         o = cfg.heads.obstacles
-        heads["obstacles"] = ObstacleHead(neck.channels, dim=o.dim, num_queries=o.num_queries, num_layers=o.num_layers,
-                                          num_heads=o.num_heads, ffn_dim=o.ffn_dim, levels=tuple(o.levels),
-                                          memory_convs=o.memory_convs, reference_sampling=o.reference_sampling,
+        heads["obstacles"] = ObstacleHead(neck.channels, **o.decoder_kwargs(),
                                           input_height=input_size[0] if o.geometric_depth else None)
     if cfg.heads.lanes is not None:
-        la = cfg.heads.lanes
-        heads["lanes"] = LaneHead(neck.channels, num_points=la.num_points, dim=la.dim, num_queries=la.num_queries,
-                                  num_layers=la.num_layers, num_heads=la.num_heads, ffn_dim=la.ffn_dim,
-                                  levels=tuple(la.levels), memory_convs=la.memory_convs,
-                                  reference_sampling=la.reference_sampling)
+        heads["lanes"] = LaneHead(neck.channels, num_points=cfg.heads.lanes.num_points,
+                                  **cfg.heads.lanes.decoder_kwargs())
     if cfg.heads.lights is not None:
-        li = cfg.heads.lights
-        heads["lights"] = LightHead(neck.channels, dim=li.dim, num_queries=li.num_queries, num_layers=li.num_layers,
-                                    num_heads=li.num_heads, ffn_dim=li.ffn_dim, levels=tuple(li.levels),
-                                    memory_convs=li.memory_convs, reference_sampling=li.reference_sampling)
+        heads["lights"] = LightHead(neck.channels, **cfg.heads.lights.decoder_kwargs())
     if not heads:
         raise ValueError("model.heads enables no head")
     return PerceptionModel(backbone, neck, heads)
