@@ -62,7 +62,7 @@ def matmul_probe_gflops(runs: int = 10) -> float:
 def _build(config: str, checkpoint: str):
     from perception.build import build_model
     from perception.config import load_config, parse_config
-    from perception.evaluation.checkpoint import load_model_weights
+    from perception.core.checkpoint import load_model_weights
 
     cfg = parse_config(load_config(config))
     model = build_model(cfg.model, tuple(cfg.input_size)).eval()

@@ -44,7 +44,7 @@ def main() -> int:
     from perception.build import build_motion_model
     from perception.config import load_config, parse_config
     from perception.export.motion_onnx import INPUT_NAMES, OUTPUT_NAMES, example_inputs, export_forecaster
-    from perception.training.motion_loss import MotionCriterion
+    from perception.losses.motion_loss import MotionCriterion
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/motion_synthetic.py")

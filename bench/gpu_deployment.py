@@ -105,7 +105,7 @@ def inference(config: str, images: torch.Tensor, runs: int, weights: str | None 
 def training_step(batch: dict, steps: int) -> None:
     from lightning.fabric.utilities.apply_func import move_data_to_device  # what Lightning does to a batch
 
-    from perception.build import build_system
+    from perception.training.assembly import build_system
 
     cfg = _cfg(TRAIN_CONFIG)
     for precision in ("fp32", "bf16-mixed"):

@@ -1,4 +1,5 @@
-"""The one place where a validated config turns into objects (model, criteria, data, system)."""
+"""Where a validated config turns into the parts: model, criteria, data. The engine
+(``perception.training.assembly``) puts them into a LightningModule."""
 
 from __future__ import annotations
 
@@ -25,32 +26,24 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
         heads["drivable"] = DrivableHead(neck.channels, cfg.heads.drivable.channels, cfg.heads.drivable.num_classes)
     if cfg.heads.obstacles is not None:
         o = cfg.heads.obstacles
-        heads["obstacles"] = ObstacleHead(neck.channels, dim=o.dim, num_queries=o.num_queries, num_layers=o.num_layers,
-                                          num_heads=o.num_heads, ffn_dim=o.ffn_dim, levels=tuple(o.levels),
-                                          memory_convs=o.memory_convs, reference_sampling=o.reference_sampling,
+        heads["obstacles"] = ObstacleHead(neck.channels, **o.decoder_kwargs(),
                                           input_height=input_size[0] if o.geometric_depth else None)
     if cfg.heads.lanes is not None:
-        la = cfg.heads.lanes
-        heads["lanes"] = LaneHead(neck.channels, num_points=la.num_points, dim=la.dim, num_queries=la.num_queries,
-                                  num_layers=la.num_layers, num_heads=la.num_heads, ffn_dim=la.ffn_dim,
-                                  levels=tuple(la.levels), memory_convs=la.memory_convs,
-                                  reference_sampling=la.reference_sampling)
+        heads["lanes"] = LaneHead(neck.channels, num_points=cfg.heads.lanes.num_points,
+                                  **cfg.heads.lanes.decoder_kwargs())
     if cfg.heads.lights is not None:
-        li = cfg.heads.lights
-        heads["lights"] = LightHead(neck.channels, dim=li.dim, num_queries=li.num_queries, num_layers=li.num_layers,
-                                    num_heads=li.num_heads, ffn_dim=li.ffn_dim, levels=tuple(li.levels),
-                                    memory_convs=li.memory_convs, reference_sampling=li.reference_sampling)
+        heads["lights"] = LightHead(neck.channels, **cfg.heads.lights.decoder_kwargs())
     if not heads:
         raise ValueError("model.heads enables no head")
     return PerceptionModel(backbone, neck, heads)
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:
-    from perception.training.box_set_loss import LightCriterion
-    from perception.training.drivable_loss import DrivableCriterion
-    from perception.training.lane_loss import LaneCriterion, LaneMatcher
-    from perception.training.matcher import HungarianMatcher
-    from perception.training.obstacle_loss import ObstacleCriterion
+    from perception.losses.box_set_loss import LightCriterion
+    from perception.losses.drivable_loss import DrivableCriterion
+    from perception.losses.lane_loss import LaneCriterion, LaneMatcher
+    from perception.losses.matcher import HungarianMatcher
+    from perception.losses.obstacle_loss import ObstacleCriterion
 
     criteria, heads, m = {}, cfg.model.heads, cfg.matcher
     dense = dict(dense_weight=m.dense_weight, dense_class_positives=m.dense_class_positives)
@@ -63,25 +56,6 @@ def build_criteria(cfg: ExperimentConfig) -> dict:
     if heads.lights is not None:
         criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
     return criteria
-
-
-def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: str = ""):
-    if isinstance(cfg, MotionExperimentConfig):
-        from perception.training.motion_system import MotionSystem
-
-        return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, faults=cfg.faults)
-    from perception.training.box_set_loss import LightCriterion
-    from perception.training.drivable_loss import DrivableCriterion
-    from perception.training.lane_loss import LaneCriterion
-    from perception.training.obstacle_loss import ObstacleCriterion
-    from perception.training.system import PerceptionSystem
-
-    model = build_model(cfg.model, tuple(cfg.input_size))
-    known = (DrivableCriterion.loss_names + ObstacleCriterion.loss_names + LaneCriterion.loss_names
-             + LightCriterion.loss_names)
-    return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, known_loss_names=known, faults=cfg.faults)
 
 
 def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
@@ -118,10 +92,3 @@ def build_motion_model(cfg: MotionExperimentConfig):
                                  lane_points=settings.lane_points, dim=m.dim, num_heads=m.num_heads,
                                  ffn_dim=m.ffn_dim, encoder_layers=m.encoder_layers,
                                  decoder_layers=m.decoder_layers, num_modes=m.num_modes, dropout=m.dropout)
-
-
-def checkpoint_monitor(cfg: ExperimentConfig | MotionExperimentConfig) -> tuple[str, str]:
-    """(validation metric that picks best.ckpt, "min" or "max")."""
-    if isinstance(cfg, MotionExperimentConfig):
-        return "val/motion_minADE_5", "min"
-    return "val/drivable_IoU", "max"

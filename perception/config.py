@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin, get_type_hints
 
-from perception.data.nuscenes_constants import CAMERAS
+from perception.core.errors import PerceptionError
+from perception.core.nuscenes_constants import CAMERAS
 
 
-class ConfigError(ValueError):
+class ConfigError(PerceptionError, ValueError):
     pass
 
 
@@ -44,41 +45,42 @@ class DrivableHeadConfig:
 
 
 @dataclass
-class ObstacleHeadConfig:
-    dim: int = 128  # decoder width; 64 trains faster on small data
-    num_queries: int = 100
-    num_layers: int = 3
-    num_heads: int = 4
-    ffn_dim: int = 512
-    levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
-    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
-    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
-    geometric_depth: bool = False  # depth as a residual on fx * H / h from the query's box and 3D height
+class QueryDecoderConfig:
+    """What every DETR-style head shares (perception.models.heads.box_queries / lanes): decoder and memory."""
 
-
-@dataclass
-class LaneHeadConfig:
-    dim: int = 64
-    num_queries: int = 20
-    num_layers: int = 2
-    num_heads: int = 4
-    ffn_dim: int = 256
-    num_points: int = 24  # row anchors spread over the input height (perception.models.heads.lane_coding)
-    levels: tuple = (1, 2, 3)
-    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
-    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
-
-
-@dataclass
-class LightHeadConfig:
-    dim: int = 64
+    dim: int = 64  # decoder width
     num_queries: int = 30
     num_layers: int = 2
     num_heads: int = 4
     ffn_dim: int = 256
-    levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
+    levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
     reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
+
+    def decoder_kwargs(self) -> dict:
+        """The shared fields as keyword arguments of a query head."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(QueryDecoderConfig)} | {
+            "levels": tuple(self.levels)}
+
+
+@dataclass
+class ObstacleHeadConfig(QueryDecoderConfig):
+    dim: int = 128  # 64 trains faster on small data
+    num_queries: int = 100
+    num_layers: int = 3
+    ffn_dim: int = 512
+    geometric_depth: bool = False  # depth as a residual on fx * H / h from the query's box and 3D height
+
+
+@dataclass
+class LaneHeadConfig(QueryDecoderConfig):
+    num_queries: int = 20
+    num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
+
+
+@dataclass
+class LightHeadConfig(QueryDecoderConfig):
+    levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
 
 
 @dataclass
@@ -95,7 +97,7 @@ class MatcherConfig:
     cost_bbox: float = 5.0
     cost_giou: float = 2.0
     cost_points: float = 5.0  # lanes: mean L1 of x over the target's visible rows
-    # Weight of the dense one-to-many losses on every memory token (perception.training.dense_assign),
+    # Weight of the dense one-to-many losses on every memory token (perception.losses.dense_assign),
     # added to the set losses of the same names; trains query selection. 0 turns them off.
     dense_weight: float = 1.0
     # "all": every token the assigner picks is a class positive; "one": only each object's best token

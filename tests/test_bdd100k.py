@@ -9,6 +9,8 @@ import cv2
 import numpy as np
 import pytest
 
+from perception.core.lane_coding import LANE_CLASSES
+from perception.core.light_states import LIGHT_STATES
 from perception.data.bdd100k import (
     Bdd100kDataset,
     Bdd100kFormatError,
@@ -16,8 +18,6 @@ from perception.data.bdd100k import (
     poly2d_to_polyline,
 )
 from perception.data.transforms import CameraTransform
-from perception.models.heads.lane_coding import LANE_CLASSES
-from perception.models.heads.lights import LIGHT_STATES
 from perception.synthetic.render import LAMP_RGB
 
 

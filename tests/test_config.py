@@ -51,15 +51,41 @@ def test_bad_configs_are_rejected_with_a_clear_message(overrides, message):
 
 
 def test_disabling_a_head_keeps_its_inherited_loss_weights_valid():
-    from perception.build import build_system
+    from perception.training.assembly import build_system
 
     cfg = parse_config(load_config("configs/swin_t_nuscenes.py", {"model.heads.drivable": None}))
     system = build_system(cfg)
     assert set(system.criteria) == {"obstacles", "lanes"}
+    # best.ckpt cannot follow a drivable IoU that is never computed: the validation loss instead.
+    assert (system.monitor, system.monitor_mode) == ("val/loss", "min")
+
+
+def test_checkpoint_monitor_follows_the_enabled_tasks():
+    from perception.training.assembly import build_system
+
+    camera = build_system(parse_config(load_config("configs/swin_t_nuscenes.py")))
+    assert (camera.monitor, camera.monitor_mode) == ("val/drivable_IoU", "max")
+    motion = build_system(parse_config(load_config("configs/motion_synthetic.py")))
+    assert (motion.monitor, motion.monitor_mode) == ("val/motion_minADE_5", "min")
+
+
+def test_every_user_error_shares_one_base_the_tools_catch():
+    from perception.core.checkpoint import CheckpointMismatchError
+    from perception.core.errors import PerceptionError
+    from perception.data.bdd100k import Bdd100kFormatError
+    from perception.data.image_io import ImageReadError
+    from perception.data.label_cache import StaleCacheError
+    from perception.data.tables import DatasetError
+    from perception.export.graph_checks import ExportCheckError
+    from perception.training.checkpoint_io import CheckpointWriteError
+
+    for error in (ConfigError, CheckpointMismatchError, Bdd100kFormatError, ImageReadError, StaleCacheError,
+                  DatasetError, ExportCheckError, CheckpointWriteError):
+        assert issubclass(error, PerceptionError), error
 
 
 def test_unknown_loss_weight_is_rejected():
-    from perception.build import build_system
+    from perception.training.assembly import build_system
 
     cfg = parse_config(experiment_dict("/data", loss_weights={"drivable_ce": 1.0, "obstacle_gou": 2.0}))
     with pytest.raises(ValueError, match="obstacle_gou"):

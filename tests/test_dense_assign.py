@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from perception.losses.dense_assign import atss_assign, best_of_each, lane_assign, level_sizes
 from perception.models.heads.query_memory import TokenMemory
-from perception.training.dense_assign import atss_assign, best_of_each, lane_assign, level_sizes
 
 
 def _anchors(height=224, width=448, channels=8, levels=(1, 2, 3)):
@@ -52,9 +52,9 @@ def test_lane_assign_picks_few_tokens_on_the_lane():
 
 
 def test_dense_outputs_only_in_training_and_the_dense_loss_trains_every_token():
+    from perception.losses.matcher import HungarianMatcher
+    from perception.losses.obstacle_loss import ObstacleCriterion
     from perception.models.heads.obstacles import ObstacleHead
-    from perception.training.matcher import HungarianMatcher
-    from perception.training.obstacle_loss import ObstacleCriterion
 
     torch.manual_seed(0)
     head = ObstacleHead(16, dim=32, num_queries=10, num_layers=1, ffn_dim=64)

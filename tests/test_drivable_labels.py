@@ -7,10 +7,10 @@ from nuscenes.map_expansion.map_api import NuScenesMap
 from shapely import contains_xy
 from shapely.ops import unary_union
 
+from perception.core.geometry import pixel_rays, rays_to_ground
 from perception.data.drivable_projection import IGNORE_INDEX
 from perception.data.label_cache import build_label_cache, load_label_cache
 from perception.data.mask_codec import read_mask
-from perception.geometry import pixel_rays, rays_to_ground
 
 
 def test_projected_mask_agrees_with_map_polygons(small_dataset, tmp_path):

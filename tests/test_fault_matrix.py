@@ -166,7 +166,7 @@ def test_a_checkpoint_is_kept_every_few_minutes_by_default(small_dataset, tmp_pa
 
 def test_resuming_from_a_checkpoint_of_another_model_names_the_tensors(small_dataset, tmp_path):
     """Before: a raw torch RuntimeError from load_state_dict deep inside Lightning."""
-    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.core.checkpoint import CheckpointMismatchError
     from perception.training.runner import train
     from tests.conftest import TINY_MODEL
 

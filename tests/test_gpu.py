@@ -9,9 +9,10 @@ import torch
 from conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from perception.build import build_datamodule, build_system
+from perception.build import build_datamodule
 from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch
+from perception.training.assembly import build_system
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from perception.models.heads.lane_coding import anchor_rows, decode_lane, encode_lane
+from perception.core.lane_coding import anchor_rows, decode_lane, encode_lane
+from perception.core.light_states import LIGHT_STATES
+from perception.losses.lane_loss import LaneCriterion, LaneMatcher
 from perception.models.heads.lanes import LaneHead
-from perception.models.heads.lights import LIGHT_STATES, LightHead
-from perception.training.lane_loss import LaneCriterion, LaneMatcher
+from perception.models.heads.lights import LightHead
 
 
 def test_encode_intersects_rows_and_marks_visibility():

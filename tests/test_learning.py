@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from perception.build import build_system
 from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch
 from perception.data.datamodule import NuScenesDataModule
 from perception.metrics.segmentation import BinaryIoU
+from perception.training.assembly import build_system
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
 

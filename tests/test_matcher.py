@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perception.training.matcher import HungarianMatcher
+from perception.losses.matcher import HungarianMatcher
 
 
 def _targets(sizes, generator):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from perception.data.transforms import CameraTransform
+from perception.losses.drivable_loss import DrivableCriterion
 from perception.metrics.segmentation import BinaryIoU
 from perception.postprocess.drivable import to_original_image
-from perception.training.drivable_loss import DrivableCriterion
 
 
 def test_binary_iou_by_hand_with_ignore():

@@ -58,7 +58,7 @@ def test_tiny_model_config_is_the_demo_model():
 
 def test_geometric_depth_starts_at_focal_times_height_over_box_height():
     """With a zero residual the obstacle head's depth decodes to z = fx * H / h (the pinhole prior)."""
-    from perception.models.heads.obstacle_coding import decode_depth
+    from perception.core.obstacle_coding import decode_depth
     from perception.models.heads.obstacles import ObstacleHead
 
     head = ObstacleHead(16, dim=32, num_queries=5, num_layers=1, ffn_dim=64, input_height=224)

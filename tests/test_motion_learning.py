@@ -13,9 +13,9 @@ from conftest import motion_experiment_dict
 
 from perception.data.motion_datamodule import MotionDataset
 from perception.data.motion_samples import MotionDataSettings, extract_motion_samples, motion_tokens_of_split
+from perception.losses.motion_loss import MotionCriterion
 from perception.metrics.trajectory import TrajectoryMetrics
 from perception.models.trajectory_transformer import TrajectoryTransformer
-from perception.training.motion_loss import MotionCriterion
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from nuscenes.nuscenes import NuScenes
 
+from perception.core.nuscenes_constants import CAMERAS
 from perception.data.label_cache import build_label_cache, load_label_cache
-from perception.data.nuscenes_constants import CAMERAS
 from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
 from perception.postprocess.obstacles import CameraBoxes, merge_cameras, to_global
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from perception.models.heads.obstacle_coding import encode_depth
+from perception.core.obstacle_coding import encode_depth
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
 
 

@@ -8,8 +8,8 @@ import os
 
 import numpy as np
 
+from perception.core.geometry import box_corners
 from perception.data.occlusion import clipped_box_xyxy, visible_fractions
-from perception.geometry import box_corners
 
 K = np.array([[400.0, 0.0, 320.0], [0.0, 400.0, 180.0], [0.0, 0.0, 1.0]])
 UPRIGHT = np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])  # box x (length) along camera z
@@ -59,10 +59,10 @@ def test_synthetic_annotations_hidden_from_every_camera_have_no_lidar_points(sma
 
 
 def test_label_cache_keeps_per_camera_visible_fraction_and_dataset_drops_hidden_targets(small_dataset):
+    from perception.core.nuscenes_constants import CAMERAS
     from perception.data.camera_dataset import drop_hidden_obstacles
     from perception.data.datamodule import ensure_label_cache
     from perception.data.label_cache import default_cache_root
-    from perception.data.nuscenes_constants import CAMERAS
 
     infos, _ = ensure_label_cache(small_dataset, "v1.0-trainval", "synthetic_train", list(CAMERAS),
                                   default_cache_root(small_dataset), 60.0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from perception import progress as progress_module
-from perception.progress import interactive, progress
+from perception.core import progress as progress_module
+from perception.core.progress import interactive, progress
 
 
 def test_quiet_under_slurm_ci_and_when_forced_off(monkeypatch):

@@ -10,7 +10,7 @@ import torch
 from mmengine.config import Config
 
 from perception.config import parse_config
-from perception.evaluation.checkpoint import CheckpointMismatchError
+from perception.core.checkpoint import CheckpointMismatchError
 from perception.evaluation.evaluate import evaluate, write_metrics
 from perception.training.runner import resolve_resume, train
 from tests.conftest import experiment_dict

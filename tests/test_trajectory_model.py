@@ -8,9 +8,9 @@ import torch
 from nuscenes.eval.prediction.data_classes import Prediction
 from nuscenes.eval.prediction.metrics import MinADEK, MinFDEK, MissRateTopK, RowMean
 
+from perception.losses.motion_loss import MotionCriterion
 from perception.metrics.trajectory import TrajectoryMetrics
 from perception.models.trajectory_transformer import TrajectoryTransformer
-from perception.training.motion_loss import MotionCriterion
 
 B, H, T, M, P, K = 3, 4, 12, 6, 10, 4
 
@@ -70,7 +70,7 @@ def test_padded_lanes_and_missing_history_are_ignored(model):
 
 
 def test_relaxed_winner_takes_all_weights_the_best_mode(model):
-    from perception.training.motion_loss import LOSING_MODES_WEIGHT, winner_takes_all
+    from perception.losses.motion_loss import LOSING_MODES_WEIGHT, winner_takes_all
 
     torch.manual_seed(0)
     inputs = _inputs(3)

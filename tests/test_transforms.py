@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from perception.core.geometry import project_points
 from perception.data.transforms import CameraTransform, GeometryParams
-from perception.geometry import project_points
 
 INTRINSICS = np.array([[400.0, 0.0, 322.0], [0.0, 400.0, 176.0], [0.0, 0.0, 1.0]])
 POINT = np.array([[-2.5, 0.8, 12.0]])  # camera frame, metres

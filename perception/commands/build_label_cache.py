@@ -28,18 +28,18 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perception.config import ConfigError, load_config, parse_config
+    from perception.config import load_config, parse_config
+    from perception.core.errors import PerceptionError
     from perception.data.label_cache import (
         StaleCacheError,
         build_label_cache,
         default_cache_root,
         load_label_cache,
     )
-    from perception.data.tables import DatasetError
 
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
-    except (ConfigError, FileNotFoundError) as error:
+    except (PerceptionError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     cache_root = cfg.cache_root or default_cache_root(os.path.abspath(cfg.data_root))
@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
             # Without --force, a cache another process finishes while this one waits for the lock is kept.
             build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range,
                               only_if_missing=not args.force)
-        except (DatasetError, ValueError) as error:
+        except (PerceptionError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     return 0

@@ -48,8 +48,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
-    from perception.data.camera_dataset import ImageReadError
-    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.core.errors import PerceptionError
 
     try:
         cfg = parse_config(load_config(args.config, dict(args.cfg_options)))
@@ -63,7 +62,7 @@ def main(args: argparse.Namespace) -> int:
             written = _run_video(perceiver, args)
         else:
             written = _run_nuscenes_sample(perceiver, cfg, args)
-    except (ConfigError, CheckpointMismatchError, ImageReadError, FileNotFoundError, ValueError, KeyError) as error:
+    except (PerceptionError, FileNotFoundError, ValueError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {len(written)} file(s) to {args.out}")
@@ -190,8 +189,8 @@ def _run_nuscenes_sample(perceiver, cfg, args) -> list[str]:
     import numpy as np
     from nuscenes.nuscenes import NuScenes
 
+    from perception.core.geometry import transform_matrix
     from perception.data.camera_dataset import read_image_rgb
-    from perception.geometry import transform_matrix
     from perception.inference.drawing import annotate, bev_panel, camera_bev_entries
 
     nusc = NuScenes(version=cfg.version, dataroot=cfg.data_root, verbose=False)

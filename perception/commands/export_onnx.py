@@ -55,8 +55,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
-    from perception.data.camera_dataset import ImageReadError
-    from perception.evaluation.checkpoint import CheckpointMismatchError
+    from perception.core.errors import PerceptionError
     from perception.export.graph_checks import ExportCheckError
 
     try:
@@ -72,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     except ExportCheckError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    except (ConfigError, CheckpointMismatchError, ImageReadError, FileNotFoundError, ValueError) as error:
+    except (PerceptionError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # e.g. the disk filled up while writing
@@ -97,7 +96,7 @@ def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:
     from dataclasses import asdict
 
     from perception.build import build_model
-    from perception.evaluation.checkpoint import load_model_weights
+    from perception.core.checkpoint import load_model_weights
     from perception.export.camera_onnx import export_camera_model
     from perception.inference.images import folder_inputs, validation_inputs
 
@@ -166,7 +165,7 @@ def _export_int8(cfg, args: argparse.Namespace, fp32_sidecar: dict) -> int:
 
 def _export_motion(cfg, args: argparse.Namespace, config_text: str) -> int:
     from perception.build import build_motion_model
-    from perception.evaluation.checkpoint import load_model_weights
+    from perception.core.checkpoint import load_model_weights
     from perception.export.motion_onnx import export_forecaster
 
     model = build_motion_model(cfg)

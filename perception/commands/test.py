@@ -63,10 +63,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from perception.config import ConfigError, MotionExperimentConfig, load_config, parse_config
-    from perception.data.camera_dataset import ImageReadError
+    from perception.core.errors import PerceptionError
     from perception.data.label_cache import StaleCacheError, rebuild_command
-    from perception.data.tables import DatasetError
-    from perception.evaluation.checkpoint import CheckpointMismatchError
     from perception.evaluation.evaluate import evaluate, format_table, write_metrics
     from perception.evaluation.motion import evaluate_motion
 
@@ -97,8 +95,7 @@ def main(args: argparse.Namespace) -> int:
             metrics = evaluate(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                                format_only=args.format_only, results_path=args.out, predictor=predictor,
                                report_dir=report_dir, checkpoint_label=args.onnx or args.checkpoint)
-    except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, ImageReadError, FileNotFoundError,
-            ValueError) as error:
+    except (PerceptionError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         if isinstance(error, StaleCacheError):
             hint = rebuild_command(args.config, dict(args.cfg_options))

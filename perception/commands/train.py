@@ -40,12 +40,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from perception.config import ConfigError, load_config
-    from perception.data.image_io import ImageReadError
+    from perception.config import load_config
+    from perception.core.errors import PerceptionError
     from perception.data.label_cache import StaleCacheError, rebuild_command
-    from perception.data.tables import DatasetError
-    from perception.evaluation.checkpoint import CheckpointMismatchError
-    from perception.training.checkpoint_io import CheckpointWriteError
     from perception.training.preemption import TrainingPreempted
     from perception.training.runner import train
 
@@ -65,8 +62,7 @@ def main(args: argparse.Namespace) -> int:
     except TrainingPreempted as stop:
         print(stop, file=sys.stderr)
         return stop.code
-    except (ConfigError, StaleCacheError, DatasetError, CheckpointMismatchError, CheckpointWriteError, ImageReadError,
-            FileNotFoundError, ValueError) as error:
+    except (PerceptionError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         if isinstance(error, StaleCacheError):
             print(f"  with this run's options: {rebuild_command(args.config, options)}", file=sys.stderr)

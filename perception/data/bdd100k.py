@@ -24,6 +24,9 @@ import cv2
 import numpy as np
 import torch
 
+from perception.core.errors import PerceptionError
+from perception.core.lane_coding import LANE_CLASSES
+from perception.core.light_states import LIGHT_STATES
 from perception.data.camera_dataset import (
     CameraDataset,
     ImageReadError,
@@ -34,8 +37,6 @@ from perception.data.drivable_projection import IGNORE_INDEX
 from perception.data.image_io import read_image_file
 from perception.data.tables import check_inside_root
 from perception.data.transforms import CameraTransform
-from perception.models.heads.lane_coding import LANE_CLASSES
-from perception.models.heads.lights import LIGHT_STATES
 
 LIGHT_COLOURS = {"red": "red", "r": "red", "yellow": "yellow", "y": "yellow", "green": "green", "g": "green",
                  "none": "off", "na": "off", "off": "off"}
@@ -45,7 +46,7 @@ DROPPED_LANE_CATEGORIES = ("road curb", "crosswalk")
 BEZIER_STEPS = 8  # points per cubic segment ("C" vertices in poly2d)
 
 
-class Bdd100kFormatError(ValueError):
+class Bdd100kFormatError(PerceptionError, ValueError):
     pass
 
 

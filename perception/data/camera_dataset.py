@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from perception.core.obstacle_coding import attribute_index
 from perception.data.image_io import ImageReadError, read_image_file  # noqa: F401  (ImageReadError: re-exported)
 from perception.data.mask_codec import read_mask
 from perception.data.sampling import item_index, item_rng
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform, GeometryParams
-from perception.models.heads.obstacle_coding import attribute_index
 
 
 def read_image_rgb(path: str, half: bool = False) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from shapely.geometry import box as shapely_box
 
-from perception.geometry import pixel_rays, polygon_mask, rays_to_ground
+from perception.core.geometry import pixel_rays, polygon_mask, rays_to_ground
 
 IGNORE_INDEX = 255
 RASTER_RESOLUTION = 0.1  # metres per cell of the local map raster

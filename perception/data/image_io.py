@@ -18,12 +18,14 @@ import os
 import cv2
 import numpy as np
 
+from perception.core.errors import PerceptionError
+
 JPEG_SOI, JPEG_SOS, JPEG_EOI = b"\xff\xd8", b"\xff\xda", b"\xff\xd9"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_TAIL_BYTES = 64  # IEND (12 bytes) plus what a writer may pad after it
 
 
-class ImageReadError(RuntimeError):
+class ImageReadError(PerceptionError, RuntimeError):
     """An image or mask file is missing, truncated or not decodable; the message names the file."""
 
 

@@ -28,15 +28,16 @@ import cv2
 import numpy as np
 from pyquaternion import Quaternion
 
+from perception.core.errors import PerceptionError
+from perception.core.geometry import box_corners, invert_transform, project_points, transform_matrix
+from perception.core.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
+from perception.core.progress import progress
 from perception.data.drivable_projection import DrivableRasterizer, project_drivable_mask
 from perception.data.lane_projection import MapLines, project_lane_lines
 from perception.data.mask_codec import write_mask
-from perception.data.nuscenes_constants import CAMERAS, CATEGORY_TO_DETECTION, DETECTION_CLASSES
 from perception.data.occlusion import NEAR_PLANE, clipped_box_xyxy, visible_fractions
 from perception.data.splits import scenes_of_split
 from perception.data.tables import check_inside_root
-from perception.geometry import box_corners, invert_transform, project_points, transform_matrix
-from perception.progress import progress
 
 # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines;
 # 4: per-camera visible fraction of every obstacle, near-plane-clipped 2D boxes
@@ -44,7 +45,7 @@ CACHE_FORMAT = 4
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
-class StaleCacheError(RuntimeError):
+class StaleCacheError(PerceptionError, RuntimeError):
     pass
 
 

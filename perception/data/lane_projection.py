@@ -12,8 +12,8 @@ import numpy as np
 from shapely.geometry import LineString
 from shapely.geometry import box as shapely_box
 
-from perception.geometry import apply_transform, invert_transform, project_points
-from perception.models.heads.lane_coding import LANE_CLASSES
+from perception.core.geometry import apply_transform, invert_transform, project_points
+from perception.core.lane_coding import LANE_CLASSES
 
 NEAR_DEPTH = 1.0  # metres in front of the camera; nearer points project unstably
 SPACING = 1.0  # metres between densified points (perspective bends a straight map segment)

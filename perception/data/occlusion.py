@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 NEAR_PLANE = 0.1  # metres
-# Cuboid edges as corner-index pairs (perception.geometry.box_corners order: 0-3 one face, 4-7 the other).
+# Cuboid edges as corner-index pairs (perception.core.geometry.box_corners order: 0-3 one face, 4-7 the other).
 EDGES = ((0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (1, 5), (2, 6), (3, 7))
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 
+from perception.core.errors import PerceptionError
+
 # The tables NuScenes() reads (v1.0); a dataset missing any of them cannot be loaded.
 TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",
           "scene", "sample", "sample_data", "sample_annotation", "map")
 
 
-class DatasetError(RuntimeError):
+class DatasetError(PerceptionError, RuntimeError):
     pass
 
 

@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader
 
 from perception.build import build_datamodule
 from perception.config import ExperimentConfig
+from perception.core.light_states import LIGHT_STATES
+from perception.core.progress import progress
 from perception.data.camera_dataset import collate_camera_batch
 from perception.data.sampling import ResumableSampler
 from perception.evaluation.frame_scores import lane_sweep_entry, obstacle_frame_counts, visible_truth_boxes
@@ -31,12 +33,10 @@ from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
 from perception.metrics.box_ap import coco_ap50
 from perception.metrics.lanes import LaneF1, match_lanes
 from perception.metrics.segmentation import BinaryIoU
-from perception.models.heads.lights import LIGHT_STATES
 from perception.postprocess.drivable import drivable_probability, to_original_image
 from perception.postprocess.lanes import decode_lanes
 from perception.postprocess.lights import decode_lights
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
-from perception.progress import progress
 
 
 @torch.no_grad()

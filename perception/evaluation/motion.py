@@ -19,9 +19,9 @@ import torch
 
 from perception.build import build_datamodule, build_motion_model, motion_settings
 from perception.config import MotionExperimentConfig
+from perception.core.checkpoint import load_model_weights
 from perception.data.motion_datamodule import MODEL_INPUTS
 from perception.data.motion_samples import to_global_frame
-from perception.evaluation.checkpoint import load_model_weights
 from perception.evaluation.evaluate import distributed_rank_and_world
 
 K_TO_REPORT = (1, 5, 10)

@@ -6,11 +6,11 @@ in-vehicle implementation can be checked against the Python one.
 
 from __future__ import annotations
 
-from perception.data.nuscenes_constants import DETECTION_CLASSES
+from perception.core.lane_coding import LANE_CLASSES
+from perception.core.light_states import LIGHT_STATES
+from perception.core.nuscenes_constants import DETECTION_CLASSES
+from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB
-from perception.models.heads.lane_coding import LANE_CLASSES
-from perception.models.heads.lights import LIGHT_STATES
-from perception.models.heads.obstacle_coding import ATTRIBUTE_NAMES, F_REF
 
 INPUT_NAME = "images"
 

@@ -16,8 +16,9 @@ from collections import Counter
 
 import numpy as np
 
+from perception.core.errors import PerceptionError
+from perception.core.progress import progress
 from perception.export.tensorrt_ops import TENSORRT_8_6_OPS
-from perception.progress import progress
 
 FORBIDDEN_OPS = frozenset({"Shape", "Range", "NonZero", "If", "Loop", "Scan", "ScatterND"})
 # Ops allowed in a dynamic-batch graph only: they compute the batch size at run time.
@@ -29,7 +30,7 @@ DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "
                                "Gather", "GatherElements", "Expand", "Identity", "Pad", "TopK", "Cast"})
 
 
-class ExportCheckError(RuntimeError):
+class ExportCheckError(PerceptionError, RuntimeError):
     """An exported graph failed a deployment check; the message lists every problem."""
 
 

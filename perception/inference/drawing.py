@@ -9,10 +9,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from perception.data.nuscenes_constants import DETECTION_CLASSES
-from perception.geometry import box_corners, project_points
+from perception.core.geometry import box_corners, project_points
+from perception.core.light_states import LIGHT_STATES
+from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.inference.pipeline import FramePrediction
-from perception.models.heads.lights import LIGHT_STATES
 from perception.postprocess.obstacles import CameraBoxes
 
 DRIVABLE_RGB = (0, 200, 90)

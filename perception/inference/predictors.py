@@ -71,7 +71,7 @@ class TorchPredictor:
 
     def __init__(self, cfg, checkpoint: str):
         from perception.build import build_model
-        from perception.evaluation.checkpoint import load_model_weights
+        from perception.core.checkpoint import load_model_weights
 
         self.model = build_model(cfg.model, tuple(cfg.input_size))
         load_model_weights(self.model, checkpoint)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, decode_lane
+from perception.core.lane_coding import MIN_VISIBLE_ROWS, decode_lane
 
 
 @dataclass

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perception.data.nuscenes_constants import DETECTION_CLASSES
-from perception.models.heads.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
+from perception.core.nuscenes_constants import DETECTION_CLASSES
+from perception.core.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
 from perception.postprocess.top_k import top_k_detections
 
 MERGE_RADIUS = {"pedestrian": 0.5, "traffic_cone": 0.4, "barrier": 0.8, "bicycle": 0.7, "motorcycle": 0.8}

@@ -27,8 +27,7 @@ import numpy as np
 from pyquaternion import Quaternion
 from shapely.geometry import LineString
 
-from perception.data.lane_projection import project_ground_line
-from perception.geometry import (
+from perception.core.geometry import (
     apply_transform,
     box_corners,
     invert_transform,
@@ -38,7 +37,8 @@ from perception.geometry import (
     rays_to_ground,
     yaw_to_quaternion,
 )
-from perception.progress import progress
+from perception.core.progress import progress
+from perception.data.lane_projection import project_ground_line
 from perception.synthetic.render import GroundRaster, render_camera
 from perception.synthetic.traffic import simulate_scene
 from perception.synthetic.world import ROAD_HALF_WIDTH, _band, build_world

@@ -19,9 +19,7 @@ import cv2
 import numpy as np
 from pyquaternion import Quaternion
 
-from perception.data.nuscenes_constants import ATTRIBUTES, CATEGORIES, VISIBILITY_LEVELS
-from perception.data.occlusion import visible_pixels
-from perception.geometry import (
+from perception.core.geometry import (
     apply_transform,
     box_corners,
     invert_transform,
@@ -29,7 +27,9 @@ from perception.geometry import (
     transform_matrix,
     yaw_to_quaternion,
 )
-from perception.progress import progress
+from perception.core.nuscenes_constants import ATTRIBUTES, CATEGORIES, VISIBILITY_LEVELS
+from perception.core.progress import progress
+from perception.data.occlusion import visible_pixels
 from perception.synthetic.map_expansion import map_expansion_json
 from perception.synthetic.prediction_scenes import prediction_scenes
 from perception.synthetic.render import RASTER_RESOLUTION, GroundRaster, render_camera

@@ -13,7 +13,7 @@ import math
 import cv2
 import numpy as np
 
-from perception.geometry import (
+from perception.core.geometry import (
     apply_transform,
     box_corners,
     invert_transform,

@@ -10,8 +10,10 @@ import tempfile
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from perception.core.errors import PerceptionError
 
-class CheckpointWriteError(OSError):
+
+class CheckpointWriteError(PerceptionError, OSError):
     """A checkpoint could not be written (full disk, no permission); the previous one is intact."""
 
 

@@ -12,9 +12,10 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mmengine.config import Config
 
-from perception.build import build_datamodule, build_system, checkpoint_monitor
+from perception.build import build_datamodule
 from perception.config import parse_config
-from perception.evaluation.checkpoint import check_resume_fits
+from perception.core.checkpoint import check_resume_fits
+from perception.training.assembly import build_system
 from perception.training.checkpoint_io import AtomicCheckpointIO
 from perception.training.curves import plot_curves
 from perception.training.heldout import HeldOutEvaluation
@@ -69,7 +70,7 @@ def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callback
     system = build_system(experiment, config_text=config_text)
     if ckpt_path is not None:
         check_resume_fits(system.model, ckpt_path)
-    monitor, mode = checkpoint_monitor(experiment)
+    monitor, mode = system.monitor, system.monitor_mode
     trainer_callbacks = [
         ModelCheckpoint(dirpath=checkpoint_dir(work_dir), filename="best", monitor=monitor, mode=mode,
                         save_top_k=1, save_last=True, auto_insert_metric_name=False, enable_version_counter=False),

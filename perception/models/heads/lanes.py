@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from perception.models.heads.lane_coding import LANE_CLASSES, anchor_rows
+from perception.core.lane_coding import LANE_CLASSES, anchor_rows
 from perception.models.heads.query_memory import (
     MLP,
     ReferenceSampler,

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from perception.core.light_states import LIGHT_STATES
 from perception.models.heads.box_queries import BoxQueryHead
-
-# "off" also covers lights whose state is not visible (BDD100K "none" / "NA").
-LIGHT_STATES = ("red", "yellow", "green", "off")
 
 
 class LightHead(BoxQueryHead):

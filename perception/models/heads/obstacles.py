@@ -21,8 +21,8 @@ import math
 import torch
 from torch import nn
 
+from perception.core.obstacle_coding import F_REF, PRIOR_LOG_SIZE
 from perception.models.heads.box_queries import BoxQueryHead
-from perception.models.heads.obstacle_coding import F_REF, PRIOR_LOG_SIZE
 from perception.models.heads.query_memory import MLP
 
 # Per-query 3D outputs, in this order along the last dimension of the 3D MLP.

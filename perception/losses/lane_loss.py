@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import nn
 
-from perception.models.heads.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
-from perception.training.box_set_loss import SetCriterion, assigned_pairs, gather_matched
-from perception.training.dense_assign import lane_assign, level_sizes
-from perception.training.matcher import focal_class_cost
+from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
+from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
+from perception.losses.dense_assign import lane_assign, level_sizes
+from perception.losses.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
 MASK_LINE_WIDTH = 1  # cells of the mask's level a lane is drawn across

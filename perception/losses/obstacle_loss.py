@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import box_convert
 
-from perception.models.heads.obstacle_coding import NO_ATTRIBUTE, encode_depth
-from perception.training.box_set_loss import BoxSetCriterion
+from perception.core.obstacle_coding import NO_ATTRIBUTE, encode_depth
+from perception.losses.box_set_loss import BoxSetCriterion
 
 LOSS_NAMES = ("obstacle_cls", "obstacle_l1", "obstacle_giou", "obstacle_center", "obstacle_depth",
               "obstacle_size", "obstacle_yaw", "obstacle_velocity", "obstacle_attribute")

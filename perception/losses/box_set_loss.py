@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import box_convert, generalized_box_iou_loss, sigmoid_focal_loss
 
-from perception.training.dense_assign import atss_assign, best_of_each, level_sizes
-from perception.training.matcher import HungarianMatcher
+from perception.losses.dense_assign import atss_assign, best_of_each, level_sizes
+from perception.losses.matcher import HungarianMatcher
 
 LOGGER = logging.getLogger("perception.training")
 
@@ -132,7 +132,7 @@ class SetCriterion(nn.Module):
 
     def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
                      input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
-        """One-to-many losses over every token (perception.training.dense_assign)."""
+        """One-to-many losses over every token (perception.losses.dense_assign)."""
         raise NotImplementedError
 
     def dense_class_loss(self, logits: torch.Tensor, assigned: torch.Tensor, quality: torch.Tensor,

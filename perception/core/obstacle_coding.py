@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from perception.data.nuscenes_constants import ATTRIBUTES, DETECTION_CLASSES
+from perception.core.nuscenes_constants import ATTRIBUTES, DETECTION_CLASSES
 
 F_REF = 500.0  # pixels; a reference focal length, any constant works
 ATTRIBUTE_NAMES = tuple(name for name, _ in ATTRIBUTES)

@@ -7,8 +7,10 @@ import os
 import torch
 from torch import nn
 
+from perception.core.errors import PerceptionError
 
-class CheckpointMismatchError(RuntimeError):
+
+class CheckpointMismatchError(PerceptionError, RuntimeError):
     pass
 
 

@@ -1,0 +1,25 @@
+"""The engine's assembly: a validated config -> the LightningModule that trains it."""
+
+from __future__ import annotations
+
+from perception.build import build_criteria, build_model, build_motion_model
+from perception.config import ExperimentConfig, MotionExperimentConfig
+
+
+def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: str = ""):
+    if isinstance(cfg, MotionExperimentConfig):
+        from perception.training.motion_system import MotionSystem
+
+        return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
+                            config_text=config_text, faults=cfg.faults)
+    from perception.losses.box_set_loss import LightCriterion
+    from perception.losses.drivable_loss import DrivableCriterion
+    from perception.losses.lane_loss import LaneCriterion
+    from perception.losses.obstacle_loss import ObstacleCriterion
+    from perception.training.system import PerceptionSystem
+
+    model = build_model(cfg.model, tuple(cfg.input_size))
+    known = (DrivableCriterion.loss_names + ObstacleCriterion.loss_names + LaneCriterion.loss_names
+             + LightCriterion.loss_names)
+    return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
+                            config_text=config_text, known_loss_names=known, faults=cfg.faults)
