@@ -1,7 +1,7 @@
 """DETR-style lane head: per query a lane class and x positions at fixed rows with visibility.
 
-Same building blocks as the box heads: the flattened multi-scale memory, query selection from
-per-token proposals and layer-by-layer refinement of the points (new = previous + delta).
+The shared query decoder (``query_decoder.QueryDecoderHead``) with row-anchored geometry: per-token
+proposals, query selection and layer-by-layer refinement of the points (new = previous + delta).
 
 Every token proposes a lane through its own centre (x_t, y_t): x(y) = x_t + c0 + c1 (y - y_t) +
 c2 (y - y_t)^2 + c3 (y - y_t)^3, the coefficients from an MLP of the token's feature (LaneATT /
@@ -25,16 +25,8 @@ import torch
 from torch import nn
 
 from perception.core.lane_coding import LANE_CLASSES, anchor_rows
-from perception.models.heads.query_memory import (
-    MLP,
-    ReferenceSampler,
-    TokenMemory,
-    gather_tokens,
-    init_focal_bias,
-    select_top_k,
-    zero_last_layer,
-)
-from perception.models.transformer import DecoderLayer
+from perception.models.heads.query_decoder import QueryDecoderHead
+from perception.models.heads.query_memory import MLP, zero_last_layer
 
 SHAPE_DEGREE = 3
 
@@ -52,38 +44,54 @@ def relative_basis(row_y: torch.Tensor, token_y: torch.Tensor, degree: int = SHA
     return torch.stack([offset ** k for k in range(degree + 1)], dim=-1)
 
 
-class LaneHead(nn.Module):
+class LaneHead(QueryDecoderHead):
     prefix = "lanes"
+    geometry = "points"
 
     def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True):
-        super().__init__()
-        self.dim, self.num_queries, self.num_classes, self.num_points = dim, num_queries, num_classes, num_points
-        self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
-        self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
-        self.enc_class = nn.Linear(dim, num_classes)
+        # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
+        super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
+                         memory_convs, reference_sampling, num_sample_points=num_points)
+        self.num_points = num_points
         self.register_buffer("basis", row_basis(num_points), persistent=False)  # (P, K)
         shape_size = self.basis.shape[1]
         self.enc_points = MLP(dim, dim, shape_size, 3)
         self.query_pos = MLP(num_points, dim, dim, 2)
-        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
-        self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.point_heads = nn.ModuleList(MLP(dim, dim, shape_size, 3) for _ in range(num_layers))
         self.visibility_heads = nn.ModuleList(nn.Linear(dim, num_points) for _ in range(num_layers))
-        # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
-        self.samplers = nn.ModuleList(ReferenceSampler(dim, num_points) for _ in range(num_layers)) \
-            if reference_sampling else None
         # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom): (P,)
         self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0), dtype=torch.float32),
                              persistent=False)
         # Training only: lane markings as a mask on the finest memory level (a linear probe of its
         # features, the same features the reference sampler reads), absent from the exported graph.
         self.mask_probe = nn.Conv2d(dim, 1, 1)
-        for head in [self.enc_class, *self.class_heads]:
-            init_focal_bias(head)
         for mlp in [self.enc_points, *self.point_heads]:
             zero_last_layer(mlp)
+
+    def propose(self, features: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        """Every token proposes a lane through its own centre (anchors [1,N,4] cxcywh): (B, N, P)."""
+        shape = relative_basis(self.row_y.to(features.dtype), anchors[..., 1:2], SHAPE_DEGREE)  # (1, N, P, K)
+        return anchors[..., :1] + (shape @ self.enc_points(features)[..., None]).squeeze(-1)
+
+    def position(self, reference: torch.Tensor) -> torch.Tensor:
+        # x may leave [0, 1] where a lane leaves the image; the position MLP sees it bounded.
+        return self.query_pos(reference.clamp(-0.5, 1.5))
+
+    def sample_points(self, reference: torch.Tensor) -> torch.Tensor:
+        rows = self.row_y.to(reference.dtype).expand_as(reference)  # (B, Q, P)
+        return torch.stack([reference, rows], -1)  # (B, Q, P, 2): x and y of each row's point
+
+    def refine(self, index: int, queries: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+        return reference + self.point_heads[index](queries) @ self.basis.T
+
+    def extra_outputs(self, index: int, queries: torch.Tensor, points: torch.Tensor,
+                      prefix: str) -> dict[str, torch.Tensor]:
+        return {f"{prefix}.visibility": self.visibility_heads[index](queries)}
+
+    def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"lanes.dense.mask": self.mask_probe(finest)}  # (B, 1, h, w) logits, finest level
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Returns (B images, Q queries, C lane classes, P rows; see lane_coding):
@@ -96,39 +104,4 @@ class LaneHead(nn.Module):
         ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
         [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss).
         """
-        memory, memory_pos, anchors, finest = self.memory(levels)
-        features = self.enc_output(memory)  # (B, N, D)
-        enc_logits = self.enc_class(features)  # (B, N, C)
-        # Every token proposes a lane through its own centre (anchors cxcywh, normalised): (B, N, P).
-        row_y = self.row_y.to(features.dtype)
-        shape = relative_basis(row_y, anchors[..., 1:2], SHAPE_DEGREE)  # (1, N, P, K)
-        enc_points = anchors[..., :1] + (shape @ self.enc_points(features)[..., None]).squeeze(-1)
-        top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
-        queries = gather_tokens(features, top).detach()
-        reference = gather_tokens(enc_points, top)  # (B, Q, P)
-        outputs: dict[str, torch.Tensor] = {}
-        if self.training:
-            outputs["lanes.enc.logits"] = gather_tokens(enc_logits, top)
-            outputs["lanes.enc.points"] = reference
-            outputs["lanes.dense.logits"] = enc_logits  # (B, N, C): every token, for the dense loss
-            outputs["lanes.dense.points"] = enc_points  # (B, N, P)
-            outputs["lanes.dense.anchors"] = anchors.expand(enc_points.shape[0], -1, -1)  # (B, N, 4)
-            outputs["lanes.dense.mask"] = self.mask_probe(finest)  # (B, 1, h, w) logits, finest level
-        reference = reference.detach()
-        rows = row_y.expand_as(reference)  # (B, Q, P)
-        for i, layer in enumerate(self.layers):
-            if self.samplers is not None:
-                row_points = torch.stack([reference, rows], -1)  # (B, Q, P, 2): x and y of each row's point
-                queries = queries + self.samplers[i](finest, row_points)
-            # x may leave [0, 1] where a lane leaves the image; the position MLP sees it bounded.
-            query_pos = self.query_pos(reference.clamp(-0.5, 1.5))
-            queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
-            points = reference + self.point_heads[i](queries) @ self.basis.T
-            last = i == len(self.layers) - 1
-            if last or self.training:
-                prefix = "lanes" if last else f"lanes.aux{i}"
-                outputs[f"{prefix}.logits"] = self.class_heads[i](queries)
-                outputs[f"{prefix}.points"] = points
-                outputs[f"{prefix}.visibility"] = self.visibility_heads[i](queries)
-            reference = points.detach()
-        return outputs
+        return super().forward(levels)

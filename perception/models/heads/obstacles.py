@@ -64,7 +64,8 @@ class ObstacleHead(BoxQueryHead):
             last.bias[3:6] = torch.tensor(PRIOR_LOG_SIZE)
             last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
 
-    def extra_outputs(self, queries: torch.Tensor, boxes: torch.Tensor, prefix: str) -> dict[str, torch.Tensor]:
+    def extra_outputs(self, index: int, queries: torch.Tensor, boxes: torch.Tensor,
+                      prefix: str) -> dict[str, torch.Tensor]:
         raw = self.head_3d(queries + self.box_embed(box_features(boxes.detach())))
         out, start = {}, 0
         for name, width in OUTPUT_3D:

@@ -1,0 +1,109 @@
+"""The one DETR-style query decoder every query head runs, with the geometry left to the head.
+
+Memory tokens (``TokenMemory``) each get a class score and a proposal; the top-``num_queries``
+tokens start the decoder (content = token feature, geometry = its proposal, both detached, as in
+RT-DETR's query selection). Each decoder layer: the query reads the image at its reference
+(``ReferenceSampler``, optional), attends (``DecoderLayer``), predicts classes and refines the
+geometry (gradient stopped between layers). A head says only what its geometry is:
+
+- ``geometry``: the output name (``boxes`` for 2D boxes, ``points`` for row-anchored lanes);
+- ``propose(features, anchors)``: every token's proposal [B,N,G];
+- ``position(reference)``: the query's positional embedding [B,Q,D];
+- ``sample_points(reference)``: where it reads the finest level, [B,Q,K,2] (x, y) in [0, 1];
+- ``refine(i, queries, reference)``: layer i's new geometry [B,Q,G];
+- ``extra_outputs(i, queries, geometry, prefix)`` and ``dense_extras(finest)`` (training only):
+  anything more, e.g. the obstacle head's 3D quantities or the lane head's marking mask.
+
+Outputs (``<prefix>`` = the head's name): ``<prefix>.logits [B,Q,C]`` (sigmoid, no background class),
+``<prefix>.<geometry>`` and the extras; in training also ``<prefix>.aux{i}.*`` per earlier layer,
+``<prefix>.enc.{logits,<geometry>}`` for the selected proposals and ``<prefix>.dense.{logits,
+<geometry>,anchors}`` for every token (the dense one-to-many loss). Standard attention only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from perception.models.heads.query_memory import (
+    ReferenceSampler,
+    TokenMemory,
+    gather_tokens,
+    init_focal_bias,
+    select_top_k,
+)
+from perception.models.transformer import DecoderLayer
+
+
+class QueryDecoderHead(nn.Module):
+    prefix = ""
+    geometry = ""
+
+    def __init__(self, in_channels: int, num_classes: int, dim: int, num_queries: int, num_layers: int,
+                 num_heads: int, ffn_dim: int, levels: tuple[int, ...], memory_convs: int,
+                 reference_sampling: bool, num_sample_points: int):
+        super().__init__()
+        self.dim, self.num_queries, self.num_classes = dim, num_queries, num_classes
+        self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
+        self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.enc_class = nn.Linear(dim, num_classes)
+        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
+        self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
+        self.samplers = nn.ModuleList(ReferenceSampler(dim, num_sample_points) for _ in range(num_layers)) \
+            if reference_sampling else None
+        for head in [self.enc_class, *self.class_heads]:
+            init_focal_bias(head)
+
+    # The head's geometry (see the module docstring).
+    def propose(self, features: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def position(self, reference: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample_points(self, reference: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def refine(self, index: int, queries: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def extra_outputs(self, index: int, queries: torch.Tensor, geometry: torch.Tensor,
+                      prefix: str) -> dict[str, torch.Tensor]:
+        return {}
+
+    def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
+
+    def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        memory, memory_pos, anchors, finest = self.memory(levels)
+        features = self.enc_output(memory)  # (B, N, D)
+        enc_logits = self.enc_class(features)  # (B, N, C)
+        enc_geometry = self.propose(features, anchors)  # (B, N, G)
+        top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
+        queries = gather_tokens(features, top).detach()
+        reference = gather_tokens(enc_geometry, top)  # (B, Q, G)
+        p, g = self.prefix, self.geometry
+        outputs: dict[str, torch.Tensor] = {}
+        if self.training:
+            outputs[f"{p}.enc.logits"] = gather_tokens(enc_logits, top)
+            outputs[f"{p}.enc.{g}"] = reference
+            # Every token's proposal, for the dense one-to-many loss that trains query selection.
+            outputs[f"{p}.dense.logits"] = enc_logits  # (B, N, C)
+            outputs[f"{p}.dense.{g}"] = enc_geometry  # (B, N, G)
+            outputs[f"{p}.dense.anchors"] = anchors.expand(enc_geometry.shape[0], -1, -1)  # (B, N, 4)
+            outputs.update(self.dense_extras(finest))
+        reference = reference.detach()
+        for i, (layer, class_head) in enumerate(zip(self.layers, self.class_heads)):
+            query_pos = self.position(reference)
+            if self.samplers is not None:
+                queries = queries + self.samplers[i](finest, self.sample_points(reference))
+            queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
+            geometry = self.refine(i, queries, reference)
+            last = i == len(self.layers) - 1
+            if last or self.training:
+                prefix = p if last else f"{p}.aux{i}"
+                outputs[f"{prefix}.logits"] = class_head(queries)
+                outputs[f"{prefix}.{g}"] = geometry
+                outputs.update(self.extra_outputs(i, queries, geometry, prefix))
+            reference = geometry.detach()
+        return outputs
