@@ -33,7 +33,8 @@ TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes"
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
-             "queries read the image at their reference", {}),
+             "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
+             "3D from the query's box", {}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
@@ -47,6 +48,8 @@ VARIANTS = {
                       {"model.heads.lanes.levels": [0, 1, 2]}),
     "geometric_depth": ("lanes at stride 4 and obstacle depth as a residual on fx * H / h",
                         {"model.heads.lanes.levels": [0, 1, 2], "model.heads.obstacles.geometric_depth": True}),
+    "no_lane_mask": ("without the auxiliary lane-marking mask on the lane head's finest level",
+                     {"loss_weights.lane_mask": 0.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -11,7 +11,7 @@ from test_camera_export import INPUT_SIZE, four_task_model  # noqa: F401  (the m
 
 from perception.export.camera_onnx import export_camera_model, synthetic_camera_images
 from perception.export.graph_checks import check_structure, query_set_agreement
-from perception.export.int8 import FLOAT_HEADS, final_projections, int8_path_for, quantize_camera_model
+from perception.export.int8 import FLOAT_HEADS, final_projections, head_nodes, int8_path_for, quantize_camera_model
 
 # Stated tolerances of the Q/DQ graph against fp32 on an unseen input (random-weight tiny model):
 DENSE_RELATIVE = 0.2  # drivable logits: max |diff| <= 0.2 x max |fp32|
@@ -60,8 +60,11 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_and_float_
         assert {c.op_type for c in consumers[node.output[0]]} <= {"Conv", "MatMul", "Gemm"}
     kept = set(report["kept_in_float"])
     fp32_nodes = onnx.load(fp32).graph.node
-    lane_and_light_layers = {n.name for n in fp32_nodes if n.op_type in ("Conv", "MatMul", "Gemm")
-                             and n.name.startswith(FLOAT_HEADS)}
+    heads = head_nodes(onnx.load(fp32), FLOAT_HEADS)
+    lane_and_light_layers = {n.name for n in fp32_nodes if n.op_type in ("Conv", "MatMul", "Gemm") and n.name in heads}
+    # Every layer of the lane and light heads, the Gemm nodes the simplifier renamed included.
+    assert {n.name for n in fp32_nodes if n.name.startswith(("/model/lanes/", "/model/lights/"))
+            and n.op_type in ("Conv", "MatMul", "Gemm")} < lane_and_light_layers
     assert kept == set(final_projections(onnx.load(fp32))) | lane_and_light_layers and lane_and_light_layers
     fp32_graph = onnx.load(fp32).graph
     learned = {t.name for t in fp32_graph.initializer}

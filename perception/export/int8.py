@@ -12,7 +12,8 @@ per-channel weight scales, biases left in float (no INT32 Q/DQ), and only the op
 runs in INT8 quantized (Conv, MatMul, Gemm). Everything else stays float: softmax, layer norm,
 GELU, the sampling (GridSample), and the heads' final projections (the layers producing the
 graph outputs: boxes and logits, whose small differences move scores and boxes most), found by
-walking back from each output. The lane and light heads stay float entirely (``FLOAT_HEADS``).
+walking back from each output. The lane and light heads stay float entirely (``FLOAT_HEADS``,
+found from the graph's wiring by ``head_nodes``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import os
 import numpy as np
 
 QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
-# Heads kept entirely in float by default: measured on the demo checkpoint, quantizing them cost lane F1
-# and light AP50 more than the 1 % budget (docs in the README); they are a small share of the FLOPs.
-FLOAT_HEADS = ("/model/lanes/", "/model/lights/")
+# Tasks whose heads stay entirely in float by default: measured on the demo checkpoint, quantizing them cost
+# lane F1 and light AP50 more than the 1 % budget (docs in the README); they are a small share of the FLOPs.
+FLOAT_HEADS = ("lanes", "lights")
 # Ops a walk back from an output passes through to find the projection that produced it.
 _PASS_THROUGH = frozenset({"Add", "Sigmoid", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Slice",
                            "Split", "Mul", "Sub", "Div", "Identity", "Flatten", "Tanh", "Exp", "Clip", "Gather"})
@@ -51,6 +52,25 @@ def final_projections(model) -> list[str]:
     return sorted(found)
 
 
+def head_nodes(model, tasks: tuple[str, ...]) -> set[str]:
+    """Names of the nodes whose results reach only the outputs of ``tasks`` (``<task>.*``): those heads.
+
+    Found from the graph's wiring, not from node names: the simplifier fuses MatMul + Add into Gemm
+    nodes named ``Gemm_<n>``, which lose the ``/model/<head>/`` scope (151 of the demo's Linear layers).
+    ONNX nodes are stored in topological order, so walking them backwards visits every consumer of a
+    tensor before its producer."""
+    graph = model.graph
+    reach: dict[str, set[str]] = {o.name: {o.name.split(".")[0]} for o in graph.output}  # tensor -> tasks
+    found = set()
+    for node in reversed(graph.node):
+        tasks_reached = set().union(*(reach.get(name, set()) for name in node.output))
+        if tasks_reached and tasks_reached <= set(tasks):
+            found.add(node.name)
+        for name in node.input:
+            reach.setdefault(name, set()).update(tasks_reached)
+    return found
+
+
 class _Batches:
     """ONNX Runtime's CalibrationDataReader protocol over [N,3,H,W] images in the graph's batch size."""
 
@@ -69,13 +89,13 @@ class _Batches:
 
 
 def quantize_camera_model(fp32_path: str, int8_path: str, calibration_images: np.ndarray, method: str = "percentile",
-                          float_prefixes: tuple[str, ...] = FLOAT_HEADS) -> dict:
+                          float_heads: tuple[str, ...] = FLOAT_HEADS) -> dict:
     """Write the Q/DQ graph of ``fp32_path`` to ``int8_path``; returns what the sidecar records.
 
     ``calibration_images``: [N,3,H,W] float32, normalised as the network input, N a multiple of
     the graph's batch (the remainder is dropped). ``method``: "percentile" (99.999th, robust to a
-    few extreme activations) or "minmax". Nodes whose names start with one of ``float_prefixes``
-    (whole heads) stay float too."""
+    few extreme activations) or "minmax". The heads of ``float_heads`` (task names, found by
+    ``head_nodes``) stay float entirely."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -88,8 +108,8 @@ def quantize_camera_model(fp32_path: str, int8_path: str, calibration_images: np
     methods = {"percentile": CalibrationMethod.Percentile, "minmax": CalibrationMethod.MinMax}
     if method not in methods:
         raise ValueError(f"calibration method {method!r}: use one of {sorted(methods)}")
-    in_float_heads = {n.name for n in model.graph.node
-                      if n.op_type in QUANTIZED_OPS and n.name.startswith(tuple(float_prefixes))}
+    heads = head_nodes(model, tuple(float_heads))
+    in_float_heads = {n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS and n.name in heads}
     excluded = sorted(set(final_projections(model)) | in_float_heads)
     reader = _Batches(graph_input.name, np.ascontiguousarray(calibration_images, np.float32), batch)
     # No quant_pre_process: its ONNX Runtime graph optimisations would leave runtime-specific ops in the graph
