@@ -65,7 +65,7 @@ demo-motion: $(STAMP) $(MOTION_DATA)/.complete
 	$(PY) tools/export_onnx.py configs/motion_synthetic.py $(MOTION_WORK)/checkpoints/last.ckpt \
 		--out $(MOTION_WORK)/forecaster.onnx
 
-# 16-17 minutes on 2 cores; the overfitting tier (another ~5) runs in CI after it (.ci/run).
+# 16-21 minutes on 2 cores; the overfitting tier (another ~6) runs in CI after it (.ci/run).
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu and not overfit"
 

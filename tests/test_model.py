@@ -66,7 +66,7 @@ def test_geometric_depth_starts_at_focal_times_height_over_box_height():
     boxes = torch.tensor([[[0.5, 0.5, 0.1, h, ] for h in (0.05, 0.1, 0.2, 0.4, 0.8)]])
     torch.nn.init.zeros_(head.head_3d.layers[-1].weight)
     torch.nn.init.zeros_(head.head_3d.layers[-1].bias)  # residual 0, log size 0: H = 1 m
-    out = head.extra_outputs(queries, boxes, "obstacles")
+    out = head.extra_outputs(0, queries, boxes, "obstacles")
     fx = 350.0
     expected = fx * 1.0 / (boxes[0, :, 3] * 224)
     assert torch.allclose(decode_depth(out["obstacles.depth"][0], fx), expected, rtol=1e-5)

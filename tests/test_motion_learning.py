@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import motion_experiment_dict
 
@@ -20,6 +21,7 @@ from perception.models.trajectory_transformer import TrajectoryTransformer
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.overfit
 def test_overfits_a_few_agents_to_a_low_min_ade(motion_dataset):
     from nuscenes.nuscenes import NuScenes
 
