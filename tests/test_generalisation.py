@@ -27,10 +27,12 @@ from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
 STEPS = 400
 # Held-out floors; measured after 400 steps: mAP 0.020, light AP50 0.220 (untrained 0.000 each;
-# before the heads read their reference (ReferenceSampler): 0.015 and 0.188). Lane F1 stays at
-# 0.00-0.01 at this budget (0.02-0.08 in the demo): the lane head does not generalise yet (README,
-# convergence study). Its F1 is printed so that the day it moves is seen.
-FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.1}
+# before the heads read their reference (ReferenceSampler): 0.015 and 0.188); with this session's
+# recipe (2026-12-01: lanes through their token, lane mask, box-aware 3D; another initialisation
+# order) mAP 0.062, light AP50 0.138, so the light floor sits at half of that. Lane F1 stays at
+# 0.00 at this budget (0.06-0.07 in the demo): the lane head does not generalise at 400 steps yet
+# (README, convergence study). Its F1 is printed so that the day it moves is seen.
+FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07}
 # Held-out class loss with the right targets / with another image's targets must stay below these
 # (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.649, lights 0.748 (0.752
 # and 0.677 without ReferenceSampler); with the lanes proposed through their token, the lane-marking
