@@ -61,10 +61,10 @@ def head_nodes(model, tasks: tuple[str, ...]) -> set[str]:
     tensor before its producer."""
     graph = model.graph
     reach: dict[str, set[str]] = {o.name: {o.name.split(".")[0]} for o in graph.output}  # tensor -> tasks
-    found = set()
+    wanted, found = set(tasks), set()
     for node in reversed(graph.node):
         tasks_reached = set().union(*(reach.get(name, set()) for name in node.output))
-        if tasks_reached and tasks_reached <= set(tasks):
+        if tasks_reached and tasks_reached <= wanted:
             found.add(node.name)
         for name in node.input:
             reach.setdefault(name, set()).update(tasks_reached)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from perception.data.drivable_projection import IGNORE_INDEX
+from perception.losses.dice import soft_dice_loss
 
 
 class DrivableCriterion(nn.Module):
@@ -31,7 +32,5 @@ class DrivableCriterion(nn.Module):
         known = (mask != self.ignore_index).float()
         probability = logits.softmax(dim=1)[:, 1] * known
         target = (mask == 1).float() * known
-        intersection = (probability * target).sum(dim=(1, 2))
-        denominator = probability.sum(dim=(1, 2)) + target.sum(dim=(1, 2))
-        dice = 1.0 - (2.0 * intersection + 1.0) / (denominator + 1.0)
+        dice = soft_dice_loss(probability, target, dims=(1, 2))  # per image
         return {"drivable_ce": ce, "drivable_dice": dice.mean()}

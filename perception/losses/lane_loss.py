@@ -17,6 +17,7 @@ from torch import nn
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
 from perception.losses.dense_assign import lane_assign, level_sizes
+from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
@@ -44,8 +45,7 @@ def lane_mask_loss(logits: torch.Tensor, targets: list[dict]) -> torch.Tensor:
     of the cells, Dice keeps them from being drowned by the background). logits [B,1,h,w]."""
     truth = lane_masks(targets, logits.shape[-2], logits.shape[-1], logits.device)
     bce = F.binary_cross_entropy_with_logits(logits.float(), truth)
-    probability = logits.float().sigmoid()
-    dice = 1 - (2 * (probability * truth).sum() + 1) / (probability.sum() + truth.sum() + 1)
+    dice = soft_dice_loss(logits.float().sigmoid(), truth, dims=tuple(range(truth.dim())))  # over the batch
     return bce + dice
 
 

@@ -37,7 +37,7 @@ class MotionSystem(BaseSystem):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         trajectories, probabilities = self.model.forecast(*model_inputs(batch))
         total, _ = self.losses(batch, rollout=trajectories)  # the self-fed pass reuses this forecast
-        self.log("val/loss", total, batch_size=batch["history"].shape[0], sync_dist=True)
+        self.log("val/loss", total, batch_size=self.batch_size(batch), sync_dist=True)
         self.val_metrics.update(trajectories.cpu().numpy(), probabilities.cpu().numpy(), batch["future"].cpu().numpy())
 
     def on_validation_epoch_end(self) -> None:
