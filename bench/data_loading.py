@@ -49,6 +49,7 @@ def main() -> int:
     from perception.data.label_cache import default_cache_root
     from perception.data.transforms import CameraTransform
     from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
+    from perception.tasks import CAMERA_TASKS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=60)
@@ -78,7 +79,7 @@ def main() -> int:
         for name, reduced in (("full decode", False), ("half-size decode", True)):
             transform = CameraTransform(INPUT_SIZE, train=True, seed=0)
             datasets[name] = NuScenesCameraDataset(root, infos, directory, transform, seed=0, reduced_decoding=reduced,
-                                                   half_decode_max_scale=0.6)  # as in training
+                                                   half_decode_max_scale=0.6, tasks=CAMERA_TASKS)  # as in training
         rates = {"baseline (decode + resize + flip + jitter)": rate(baseline, args.items)}
         for name, dataset in datasets.items():
             rates[f"ours, {name}"] = rate(lambda i, d=dataset: d[(0, i % len(d))], args.items)

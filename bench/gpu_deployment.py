@@ -134,11 +134,12 @@ def save_batch(path: str) -> None:
     """4 nuScenes + 4 BDD100K-format training items: every head has labels in the batch."""
     from perception.build import build_datamodule
     from perception.data.camera_dataset import collate_camera_batch
+    from perception.tasks import CAMERA_TASKS
 
     datamodule = build_datamodule(_cfg(TRAIN_CONFIG))
     nuscenes, bdd = datamodule.dataset("train"), datamodule.bdd100k_dataset("train")
     items = [nuscenes[i] for i in range(0, 40, 10)] + [bdd[i] for i in range(0, 40, 10)]
-    batch = collate_camera_batch(items)
+    batch = collate_camera_batch(items, CAMERA_TASKS)
     batch = {k: v for k, v in batch.items() if k in ("images", "targets")}
     torch.save(batch, path)
     print(f"wrote {path}")

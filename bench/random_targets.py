@@ -1,14 +1,14 @@
 """Training targets of every task for a batch of random images, shaped as collate_camera_batch makes them.
 
-Benchmarks time the real criteria on these; building every task's targets here (from the
-dataset's own empty-target helpers) keeps the benches in step when a task gains a key.
+Benchmarks time the real criteria on these; each task's targets start from its spec's own
+``empty_targets`` and are batched by its ``collate``, so the benches stay in step when a task gains a key.
 """
 
 from __future__ import annotations
 
 import torch
 
-from perception.data.camera_dataset import SPARSE_TASKS, empty_lights, empty_obstacles
+from perception.tasks import CAMERA_TASKS, LIGHTS, OBSTACLES
 
 
 def random_obstacles(count: int, height: int, width: int) -> dict:
@@ -16,7 +16,7 @@ def random_obstacles(count: int, height: int, width: int) -> dict:
     x0, y0 = torch.rand(count) * width * 0.8, torch.rand(count) * height * 0.8
     w, h = torch.rand(count) * width * 0.2 + 4, torch.rand(count) * height * 0.2 + 4
     boxes = torch.stack([x0, y0, x0 + w, y0 + h], dim=1)
-    return {**empty_obstacles(), "valid": True, "boxes_xyxy": boxes, "labels": torch.randint(0, 10, (count,)),
+    return {**OBSTACLES.empty_targets(), "valid": True, "boxes_xyxy": boxes, "labels": torch.randint(0, 10, (count,)),
             "center_uv": boxes[:, :2] + 2, "center_cam": torch.rand(count, 3) * 30 + 2,
             "size_wlh": torch.rand(count, 3) + 0.5, "yaw": torch.rand(count) * 6 - 3,
             "velocity": torch.randn(count, 2), "attributes": torch.randint(-1, 8, (count,)),
@@ -35,17 +35,17 @@ def random_lanes(count: int, height: int, width: int) -> dict:
 def random_lights(count: int, height: int, width: int) -> dict:
     x0, y0 = torch.rand(count) * width * 0.9, torch.rand(count) * height * 0.4
     boxes = torch.stack([x0, y0, x0 + 6, y0 + 14], dim=1)
-    return {**empty_lights(), "valid": True, "boxes_xyxy": boxes, "labels": torch.randint(0, 4, (count,))}
+    return {**LIGHTS.empty_targets(), "valid": True, "boxes_xyxy": boxes, "labels": torch.randint(0, 4, (count,))}
 
 
 def random_targets(batch: int, height: int, width: int, device: str = "cpu") -> dict:
-    """{"drivable": {valid, mask}, task: {valid, per_image, input_size} for every sparse task}."""
-    makers = {"obstacles": lambda: random_obstacles(12, height, width), "lanes": lambda: random_lanes(4, height, width),
+    """Every camera task's batch targets, as ``collate_camera_batch`` makes them."""
+    makers = {"drivable": lambda: {"valid": True, "mask": torch.randint(0, 2, (height, width))},
+              "obstacles": lambda: random_obstacles(12, height, width), "lanes": lambda: random_lanes(4, height, width),
               "lights": lambda: random_lights(3, height, width)}
-    assert set(makers) == set(SPARSE_TASKS), f"random_targets knows {sorted(makers)}, the dataset {SPARSE_TASKS}"
-    targets = {"drivable": {"valid": torch.ones(batch, dtype=torch.bool, device=device),
-                            "mask": torch.randint(0, 2, (batch, height, width), device=device)}}
-    for task, make in makers.items():
-        targets[task] = {"valid": torch.ones(batch, dtype=torch.bool), "input_size": (height, width),
-                         "per_image": [make() for _ in range(batch)]}
+    names = [task.name for task in CAMERA_TASKS]
+    assert set(makers) == set(names), f"random_targets knows {sorted(makers)}, the task specs {names}"
+    targets = {task.name: task.collate([makers[task.name]() for _ in range(batch)], (height, width))
+               for task in CAMERA_TASKS}
+    targets["drivable"] = {key: value.to(device) for key, value in targets["drivable"].items()}
     return targets

@@ -7,12 +7,9 @@ from perception.config import ExperimentConfig, ModelConfig, MotionExperimentCon
 
 
 def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
+    """Backbone, neck and the head of every enabled task (``cfg.heads.enabled``), in the task tuple's order."""
     from perception.models.backbone import SwinBackbone
     from perception.models.fpn import FPN
-    from perception.models.heads.drivable import DrivableHead
-    from perception.models.heads.lanes import LaneHead
-    from perception.models.heads.lights import LightHead
-    from perception.models.heads.obstacles import ObstacleHead
     from perception.models.perception_model import PerceptionModel
 
     b = cfg.backbone
@@ -21,41 +18,16 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     backbone = SwinBackbone(b.name, input_size, pretrained_path=b.pretrained_path, drop_path_rate=b.drop_path_rate,
                             **overrides)
     neck = FPN(backbone.channels, cfg.neck.channels)
-    heads = {}
-    if cfg.heads.drivable is not None:
-        heads["drivable"] = DrivableHead(neck.channels, cfg.heads.drivable.channels, cfg.heads.drivable.num_classes)
-    if cfg.heads.obstacles is not None:
-        o = cfg.heads.obstacles
-        heads["obstacles"] = ObstacleHead(neck.channels, **o.decoder_kwargs(),
-                                          input_height=input_size[0] if o.geometric_depth else None)
-    if cfg.heads.lanes is not None:
-        heads["lanes"] = LaneHead(neck.channels, num_points=cfg.heads.lanes.num_points,
-                                  **cfg.heads.lanes.decoder_kwargs())
-    if cfg.heads.lights is not None:
-        heads["lights"] = LightHead(neck.channels, **cfg.heads.lights.decoder_kwargs())
+    heads = {task.name: task.build_head(getattr(cfg.heads, task.name), neck.channels, tuple(input_size))
+             for task in cfg.heads.enabled}
     if not heads:
         raise ValueError("model.heads enables no head")
     return PerceptionModel(backbone, neck, heads)
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:
-    from perception.losses.box_set_loss import LightCriterion
-    from perception.losses.drivable_loss import DrivableCriterion
-    from perception.losses.lane_loss import LaneCriterion, LaneMatcher
-    from perception.losses.matcher import HungarianMatcher
-    from perception.losses.obstacle_loss import ObstacleCriterion
-
-    criteria, heads, m = {}, cfg.model.heads, cfg.matcher
-    dense = dict(dense_weight=m.dense_weight, dense_class_positives=m.dense_class_positives)
-    if heads.drivable is not None:
-        criteria["drivable"] = DrivableCriterion()
-    if heads.obstacles is not None:
-        criteria["obstacles"] = ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
-    if heads.lanes is not None:
-        criteria["lanes"] = LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), **dense)
-    if heads.lights is not None:
-        criteria["lights"] = LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), **dense)
-    return criteria
+    """One criterion per enabled task: ``(outputs, targets) -> {loss name: value}``."""
+    return {task.name: task.build_criterion(cfg) for task in cfg.model.heads.enabled}
 
 
 def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
@@ -73,7 +45,7 @@ def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
         val_batch_size=cfg.val_batch_size, num_workers=cfg.num_workers, cache_root=cfg.cache_root,
         drivable_max_range=cfg.drivable_max_range, scale_range=cfg.augment.scale_range,
         flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric, seed=cfg.seed, bdd100k=cfg.bdd100k,
-        lane_cameras=cfg.lane_cameras, min_visibility=cfg.min_obstacle_visibility)
+        lane_cameras=cfg.lane_cameras, min_visibility=cfg.min_obstacle_visibility, tasks=cfg.model.heads.tasks)
 
 
 def motion_settings(cfg: MotionExperimentConfig):

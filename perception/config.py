@@ -13,12 +13,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin, get_type_hints
 
-from perception.core.errors import PerceptionError
+from perception.core.errors import ConfigError  # noqa: F401  (raised by the parsers below; importable from here)
 from perception.core.nuscenes_constants import CAMERAS
-
-
-class ConfigError(PerceptionError, ValueError):
-    pass
+from perception.tasks import CAMERA_TASKS
+from perception.tasks.drivable import DrivableHeadConfig  # noqa: F401  (the head configs, importable from here)
+from perception.tasks.lanes import LaneHeadConfig  # noqa: F401
+from perception.tasks.lights import LightHeadConfig  # noqa: F401
+from perception.tasks.obstacles import ObstacleHeadConfig  # noqa: F401
 
 
 @dataclass
@@ -38,57 +39,21 @@ class NeckConfig:
     channels: int = 96
 
 
-@dataclass
-class DrivableHeadConfig:
-    channels: int = 64
-    num_classes: int = 2
+def heads_config_class(tasks: tuple) -> type:
+    """The ``model.heads`` dataclass of a task tuple: one field per task, its head config or None (off).
+
+    ``enabled`` lists the specs of the heads that are on, in the tuple's order."""
+    if tasks not in _HEADS_CLASSES:
+        fields = [(t.name, t.config_class | None, field(default_factory=t.config_class) if t.enabled_by_default
+                   else field(default=None)) for t in tasks]
+        enabled = property(lambda self: tuple(t for t in tasks if getattr(self, t.name) is not None))
+        _HEADS_CLASSES[tasks] = dataclasses.make_dataclass("HeadsConfig", fields,
+                                                           namespace={"tasks": tasks, "enabled": enabled})
+    return _HEADS_CLASSES[tasks]
 
 
-@dataclass
-class QueryDecoderConfig:
-    """What every DETR-style head shares (perception.models.heads.box_queries / lanes): decoder and memory."""
-
-    dim: int = 64  # decoder width
-    num_queries: int = 30
-    num_layers: int = 2
-    num_heads: int = 4
-    ffn_dim: int = 256
-    levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
-    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
-    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
-
-    def decoder_kwargs(self) -> dict:
-        """The shared fields as keyword arguments of a query head."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(QueryDecoderConfig)} | {
-            "levels": tuple(self.levels)}
-
-
-@dataclass
-class ObstacleHeadConfig(QueryDecoderConfig):
-    dim: int = 128  # 64 trains faster on small data
-    num_queries: int = 100
-    num_layers: int = 3
-    ffn_dim: int = 512
-    geometric_depth: bool = False  # depth as a residual on fx * H / h from the query's box and 3D height
-
-
-@dataclass
-class LaneHeadConfig(QueryDecoderConfig):
-    num_queries: int = 20
-    num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
-
-
-@dataclass
-class LightHeadConfig(QueryDecoderConfig):
-    levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
-
-
-@dataclass
-class HeadsConfig:
-    drivable: DrivableHeadConfig | None = field(default_factory=DrivableHeadConfig)
-    obstacles: ObstacleHeadConfig | None = None
-    lanes: LaneHeadConfig | None = None
-    lights: LightHeadConfig | None = None
+_HEADS_CLASSES: dict[tuple, type] = {}
+HeadsConfig = heads_config_class(CAMERA_TASKS)
 
 
 @dataclass
@@ -263,7 +228,7 @@ def _did_you_mean(key: str, allowed) -> str:
     return f" Did you mean {close[0]!r}?" if close else f" Allowed keys: {sorted(allowed)}."
 
 
-def _parse(cls, data: Any, path: str):
+def _parse(cls, data: Any, path: str, tasks: tuple = CAMERA_TASKS):
     if not isinstance(data, dict):
         raise ConfigError(f"config key {path!r} must be a dict, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -281,8 +246,10 @@ def _parse(cls, data: Any, path: str):
         value = data[f.name]
         hint = hints[f.name]
         nested = [t for t in (get_args(hint) or (hint,)) if dataclasses.is_dataclass(t)]
+        if nested and nested[0] is HeadsConfig:  # the heads of the task tuple this config is parsed for
+            nested = [heads_config_class(tasks)]
         if nested and value is not None:
-            value = _parse(nested[0], dict(value), key_path)
+            value = _parse(nested[0], dict(value), key_path, tasks)
         elif isinstance(value, list) and (hint is tuple or tuple in (get_args(hint) or ())):
             value = tuple(value)
         elif get_origin(hint) is None and hint in (int, float, str, bool) and value is not None:
@@ -304,8 +271,10 @@ def _to_plain(value):
     return value
 
 
-def parse_config(cfg) -> ExperimentConfig | MotionExperimentConfig:
-    """Typed, validated experiment config from an mmengine Config (or plain dict); ``task`` picks the type."""
+def parse_config(cfg, tasks: tuple = CAMERA_TASKS) -> ExperimentConfig | MotionExperimentConfig:
+    """Typed, validated experiment config from an mmengine Config (or plain dict); ``task`` picks the type.
+
+    ``tasks``: the camera task specs ``model.heads`` may name (perception.tasks.CAMERA_TASKS)."""
     data = {k: v for k, v in _to_plain(cfg).items() if not k.startswith("_")}
     task = data.get("task", "perception")
     if task not in TASKS:
@@ -314,7 +283,10 @@ def parse_config(cfg) -> ExperimentConfig | MotionExperimentConfig:
         experiment = _parse(MotionExperimentConfig, data, "")
         validate_motion(experiment)
         return experiment
-    experiment = _parse(ExperimentConfig, data, "")
+    model = data.setdefault("model", {})
+    if isinstance(model, dict):
+        model.setdefault("heads", {})  # absent: every task's default (its enabled_by_default)
+    experiment = _parse(ExperimentConfig, data, "", tasks)
     validate(experiment)
     return experiment
 
@@ -397,29 +369,13 @@ def validate(cfg: ExperimentConfig) -> None:
     low, high = cfg.augment.scale_range
     if not 0 < low <= high:
         raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")
-    obstacles = cfg.model.heads.obstacles
-    if obstacles is not None:
-        if not set(obstacles.levels) <= {0, 1, 2, 3} or not obstacles.levels:
-            raise ConfigError(f"model.heads.obstacles.levels must be FPN levels 0-3, got {obstacles.levels}")
-        if obstacles.dim % obstacles.num_heads or obstacles.dim % 8:
-            raise ConfigError(f"model.heads.obstacles.dim {obstacles.dim} must be divisible by num_heads and 8")
-    for name in ("lanes", "lights"):
-        head = getattr(cfg.model.heads, name)
-        if head is None:
-            continue
-        if not set(head.levels) <= {0, 1, 2, 3} or not head.levels:
-            raise ConfigError(f"model.heads.{name}.levels must be FPN levels 0-3, got {head.levels}")
-        if head.dim % head.num_heads or head.dim % 8:
-            raise ConfigError(f"model.heads.{name}.dim {head.dim} must be divisible by num_heads and 8")
-    lanes = cfg.model.heads.lanes
-    if lanes is not None and lanes.num_points < 2:
-        raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {lanes.num_points}")
+    for task in cfg.model.heads.enabled:
+        task.validate(getattr(cfg.model.heads, task.name), cfg)
+    if not cfg.model.heads.enabled:
+        raise ConfigError("model.heads enables no head; set at least one of "
+                          f"{[t.name for t in cfg.model.heads.tasks]}")
     if cfg.bdd100k is not None and not 0 <= cfg.bdd100k.sample_fraction <= 1:
         raise ConfigError(f"bdd100k.sample_fraction must be in [0, 1], got {cfg.bdd100k.sample_fraction}")
-    if cfg.bdd100k is None and cfg.model.heads.lights is not None:
-        # nuScenes has no light states: the head would never see a label.
-        raise ConfigError("model.heads.lights needs traffic-light labels, which only BDD100K-format data has; set "
-                          "bdd100k=dict(data_root=...) or lights=None")
 
 
 def _trainer_class():

@@ -93,8 +93,10 @@ def front_camera_copy(small_dataset: str, tmp_path) -> tuple[str, object]:
     import shutil
 
     from perception.data.datamodule import NuScenesDataModule
+    from perception.tasks import CAMERA_TASKS
 
     root = str(tmp_path / "data")
     shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns("perception_cache"))
     return root, NuScenesDataModule(root, "v1.0-trainval", "synthetic_train", "synthetic_val", ["CAM_FRONT"],
-                                    (224, 448), batch_size=2, val_batch_size=2, num_workers=0, seed=0)
+                                    (224, 448), batch_size=2, val_batch_size=2, num_workers=0, seed=0,
+                                    tasks=CAMERA_TASKS)

@@ -19,6 +19,7 @@ from perception.data.bdd100k import (
 )
 from perception.data.transforms import CameraTransform
 from perception.synthetic.render import LAMP_RGB
+from perception.tasks import CAMERA_TASKS
 
 
 def test_reader_maps_colours_and_lane_categories(bdd_dataset):
@@ -82,7 +83,7 @@ def test_synthetic_lights_show_their_labelled_colour(bdd_dataset):
 
 def test_items_share_the_nuscenes_structure_and_follow_the_transform(bdd_dataset):
     transform = CameraTransform((224, 448), train=False)
-    dataset = Bdd100kDataset(bdd_dataset, "val", transform)
+    dataset = Bdd100kDataset(bdd_dataset, "val", transform, tasks=CAMERA_TASKS)
     item = dataset[0]
     info = dataset.infos[0]
     assert item["image"].shape == (3, 224, 448)

@@ -15,8 +15,8 @@ from test_camera_export import _wake_zero_layers
 from perception.build import build_model
 from perception.commands import demo
 from perception.config import parse_config
+from perception.drawing import bev_panel
 from perception.export.camera_onnx import export_camera_model
-from perception.inference.drawing import bev_panel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

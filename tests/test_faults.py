@@ -14,6 +14,7 @@ from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.data.camera_dataset import ImageReadError, collate_camera_batch
 from perception.data.tables import DatasetError, load_nuscenes
 from perception.models.trajectory_transformer import TrajectoryTransformer
+from perception.tasks import CAMERA_TASKS
 from perception.training.faults import FaultTracker
 from perception.training.motion_system import MotionSystem
 from tests.conftest import front_camera_copy
@@ -77,7 +78,8 @@ def test_unreadable_training_images_are_replaced_and_counted_but_fail_evaluation
     item = train_set[(0, 0)]  # both bad images are skipped, item 2 stands in
     assert item["meta"]["skipped_images"] == [truncated, os.path.join(root, train_set.infos[1]["image_path"])]
     assert item["meta"]["sample_data_token"] == train_set.infos[2]["sample_data_token"]
-    assert collate_camera_batch([item, train_set[(0, 3)]])["skipped_images"] == item["meta"]["skipped_images"]
+    batch = collate_camera_batch([item, train_set[(0, 3)]], CAMERA_TASKS)
+    assert batch["skipped_images"] == item["meta"]["skipped_images"]
 
     tracker = FaultTracker(max_nonfinite_steps=0, max_bad_images=2)
     tracker.count_bad_images(item["meta"]["skipped_images"])

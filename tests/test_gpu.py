@@ -12,6 +12,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from perception.build import build_datamodule
 from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch
+from perception.tasks import CAMERA_TASKS
 from perception.training.assembly import build_system
 
 pytestmark = [pytest.mark.gpu,
@@ -24,7 +25,7 @@ def test_four_task_training_step_in_bf16_and_fp16_inference_on_cuda(small_datase
     datamodule = build_datamodule(cfg)
     items = [datamodule.dataset("train")[i] for i in range(3)] + [datamodule.bdd100k_dataset("train")[i]
                                                                  for i in range(3)]
-    batch = move_data_to_device(collate_camera_batch(items), "cuda")
+    batch = move_data_to_device(collate_camera_batch(items, CAMERA_TASKS), "cuda")
     system = build_system(cfg).cuda().train()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         total, losses, _ = system._losses(batch)

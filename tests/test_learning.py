@@ -4,6 +4,8 @@ exported to ONNX and evaluated with ONNX Runtime: the metrics match the PyTorch 
 
 from __future__ import annotations
 
+from functools import partial
+
 import lightning as L
 import pytest
 import torch
@@ -13,8 +15,11 @@ from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch
 from perception.data.datamodule import NuScenesDataModule
 from perception.metrics.segmentation import BinaryIoU
+from perception.tasks import CAMERA_TASKS
 from perception.training.assembly import build_system
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
+
+COLLATE = partial(collate_camera_batch, tasks=CAMERA_TASKS)
 
 
 @pytest.mark.slow
@@ -29,9 +34,9 @@ def test_tiny_model_overfits_drivable_area(small_dataset):
                      enable_checkpointing=False)))
     datamodule = NuScenesDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, list(cfg.cameras),
                                     cfg.input_size, 4, 8, 0, cache_root=None, scale_range=(1.0, 1.0),
-                                    flip_prob=0.0, photometric=False)
+                                    flip_prob=0.0, photometric=False, tasks=CAMERA_TASKS)
     train_set = Subset(datamodule.dataset("train"), list(range(0, 48, 6)))  # 8 images, various cameras
-    loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_camera_batch)
+    loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=COLLATE)
     system = build_system(cfg)
     untrained = _iou(system, train_set)
     L.Trainer(**cfg.trainer, logger=False).fit(system, train_dataloaders=loader)
@@ -44,7 +49,7 @@ def test_tiny_model_overfits_drivable_area(small_dataset):
 def _iou(system, dataset) -> float:
     system.eval()
     metric = BinaryIoU()
-    batch = collate_camera_batch([dataset[i] for i in range(len(dataset))])
+    batch = COLLATE([dataset[i] for i in range(len(dataset))])
     logits = system(batch["images"])["drivable.logits"]
     logits = torch.nn.functional.interpolate(logits, size=batch["targets"]["drivable"]["mask"].shape[-2:],
                                              mode="bilinear")
@@ -78,7 +83,7 @@ def test_tiny_model_overfits_lanes_and_lights(small_dataset, bdd_dataset, tmp_pa
                      num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
                      enable_checkpointing=False, gradient_clip_val=1.0)))
     train_set = build_datamodule(cfg).bdd100k_dataset("val")  # the evaluation transform: the scored images
-    loader = DataLoader(train_set, batch_size=3, shuffle=True, collate_fn=collate_camera_batch)
+    loader = DataLoader(train_set, batch_size=3, shuffle=True, collate_fn=COLLATE)
     system = build_system(cfg)
     untrained = evaluate(cfg, None, str(tmp_path / "before"), predictor=system.model.eval(), num_workers=0)
     L.Trainer(**cfg.trainer, logger=False).fit(system.train(), train_dataloaders=loader)
@@ -119,9 +124,9 @@ def test_tiny_model_overfits_obstacles_to_a_nontrivial_nuscenes_map(small_datase
                      num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
                      enable_checkpointing=False, gradient_clip_val=1.0)))
     datamodule = NuScenesDataModule(cfg.data_root, cfg.version, cfg.train_split, cfg.val_split, list(cfg.cameras),
-                                    cfg.input_size, 4, 8, 0)
+                                    cfg.input_size, 4, 8, 0, tasks=CAMERA_TASKS)
     train_set = datamodule.dataset("val")  # the evaluation transform: the images that will be scored
-    loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_camera_batch)
+    loader = DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=COLLATE)
     system = build_system(cfg)
     untrained = evaluate(cfg, None, str(tmp_path / "before"), predictor=system.model.eval(), num_workers=0)
     L.Trainer(**cfg.trainer, logger=False).fit(system.train(), train_dataloaders=loader)

@@ -12,8 +12,8 @@ from nuscenes.nuscenes import NuScenes
 
 from perception.core.nuscenes_constants import CAMERAS
 from perception.data.label_cache import build_label_cache, load_label_cache
-from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
 from perception.postprocess.obstacles import CameraBoxes, merge_cameras, to_global
+from perception.scoring.nuscenes_detection import run_detection_eval, write_submission
 
 
 def test_ground_truth_round_trip_scores_map_one(small_dataset, tmp_path):

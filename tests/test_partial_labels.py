@@ -18,6 +18,7 @@ from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch
 from perception.data.mixing import MixedDataset
 from perception.data.sampling import item_index
+from perception.tasks import CAMERA_TASKS
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
 TASK_LOSSES = {"lanes": ("lane_cls", "lane_points", "lane_visibility", "lane_mask"),
@@ -37,7 +38,8 @@ def mixed_batch(small_dataset, bdd_dataset):
     with_lanes = [i for i, info in enumerate(nuscenes.infos)
                   if info["lanes"]["labels"] and info["camera"] in cfg.lane_cameras][:2]
     with_lights = [i for i in range(len(bdd)) if bdd.infos[i]["lights"]["labels"]][:2]
-    batch = collate_camera_batch([nuscenes[i] for i in with_lanes] + [bdd[i] for i in with_lights])
+    items = [nuscenes[i] for i in with_lanes] + [bdd[i] for i in with_lights]
+    batch = collate_camera_batch(items, CAMERA_TASKS)
     torch.manual_seed(0)
     return cfg, batch, build_model(cfg.model, tuple(cfg.input_size)), build_criteria(cfg)
 

@@ -9,6 +9,7 @@ import torch
 
 from perception.core.geometry import project_points
 from perception.data.transforms import CameraTransform, GeometryParams
+from perception.tasks import CAMERA_TASKS
 
 INTRINSICS = np.array([[400.0, 0.0, 322.0], [0.0, 400.0, 176.0], [0.0, 0.0, 1.0]])
 POINT = np.array([[-2.5, 0.8, 12.0]])  # camera frame, metres
@@ -87,8 +88,10 @@ def test_half_resolution_decoding_gives_the_same_sample(small_dataset, tmp_path)
     infos, directory = ensure_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", ["CAM_FRONT"],
                                           str(tmp_path / "cache"), 60.0)
     transform = CameraTransform((128, 224), train=False)  # 480x270 -> 224 wide: scale 0.467
-    full = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=False)
-    half = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=True)
+    full = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=False,
+                                 tasks=CAMERA_TASKS)
+    half = NuScenesCameraDataset(small_dataset, infos, directory, transform, reduced_decoding=True,
+                                 tasks=CAMERA_TASKS)
     for index in range(len(infos)):
         a, b = full[index], half[index]
         np.testing.assert_allclose(a["meta"]["affine"], b["meta"]["affine"], atol=1e-9)

@@ -82,7 +82,7 @@ def _perceiver(cfg, args):
     thresholds = cfg.postprocess
     post = replace(thresholds, obstacle_score_threshold=min(thresholds.obstacle_score_threshold, args.min_score),
                    light_score_threshold=min(thresholds.light_score_threshold, args.min_score))
-    return Perceiver(predictor, input_size, post)
+    return Perceiver(predictor, input_size, post, cfg.model.heads.enabled)
 
 
 def _intrinsics(args, width: int, height: int):
@@ -120,7 +120,7 @@ def output_names(paths: list[str]) -> dict[str, str]:
 
 def _run_folder(perceiver, args) -> list[str]:
     from perception.data.camera_dataset import ImageReadError, read_image_rgb
-    from perception.inference.drawing import annotate
+    from perception.inference.annotate import annotate
     from perception.inference.images import list_images
 
     paths, written, skipped = list_images(args.images), [], []
@@ -138,7 +138,8 @@ def _run_folder(perceiver, args) -> list[str]:
             continue
         intrinsics = [_intrinsics(args, im.shape[1], im.shape[0]) for im in images]
         for path, image, k, prediction in zip(chunk, images, intrinsics, perceiver(images, intrinsics)):
-            written.append(_save(os.path.join(args.out, names[path]), annotate(image, prediction, k, args.min_score)))
+            drawn = annotate(image, prediction, k, perceiver.tasks, args.min_score)
+            written.append(_save(os.path.join(args.out, names[path]), drawn))
     if skipped:
         print(f"skipped {len(skipped)} unreadable image(s) of {len(paths)}", file=sys.stderr)
     if not written:
@@ -149,7 +150,7 @@ def _run_folder(perceiver, args) -> list[str]:
 def _run_video(perceiver, args) -> list[str]:
     import cv2
 
-    from perception.inference.drawing import annotate
+    from perception.inference.annotate import annotate
 
     capture = cv2.VideoCapture(args.video)
     if not capture.isOpened():
@@ -170,7 +171,7 @@ def _run_video(perceiver, args) -> list[str]:
                 break
             k = _intrinsics(args, batch[0].shape[1], batch[0].shape[0])
             for image, prediction in zip(batch, perceiver(batch, [k] * len(batch))):
-                annotated = annotate(image, prediction, k, args.min_score)
+                annotated = annotate(image, prediction, k, perceiver.tasks, args.min_score)
                 if writer is None:
                     size = (annotated.shape[1], annotated.shape[0])
                     writer = cv2.VideoWriter(out_path, cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
@@ -191,7 +192,8 @@ def _run_nuscenes_sample(perceiver, cfg, args) -> list[str]:
 
     from perception.core.geometry import transform_matrix
     from perception.data.camera_dataset import read_image_rgb
-    from perception.inference.drawing import annotate, bev_panel, camera_bev_entries
+    from perception.drawing import bev_panel, camera_bev_entries
+    from perception.inference.annotate import annotate
 
     nusc = NuScenes(version=cfg.version, dataroot=cfg.data_root, verbose=False)
     sample = nusc.get("sample", args.nuscenes_sample)
@@ -208,7 +210,7 @@ def _run_nuscenes_sample(perceiver, cfg, args) -> list[str]:
     for camera, image, k, ego_from_camera, prediction in zip(cameras, images, intrinsics, ego_from_cameras,
                                                              predictions):
         path = os.path.join(args.out, f"{args.nuscenes_sample}_{camera}.jpg")
-        written.append(_save(path, annotate(image, prediction, k, args.min_score, with_bev=False)))
+        written.append(_save(path, annotate(image, prediction, k, perceiver.tasks, args.min_score, with_bev=False)))
         # Camera frame -> ego frame (x forward, y left); BEV: right = -y, forward = x.
         rotation, translation = ego_from_camera[:3, :3], ego_from_camera[:3, 3]
         for name, score, centre_xz, yaw_cam, size in camera_bev_entries(prediction.obstacles, args.min_score) \

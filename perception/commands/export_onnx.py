@@ -111,7 +111,7 @@ def _export_camera(cfg, args: argparse.Namespace, config_text: str) -> int:
         images, source = validation_inputs(cfg, count), f"validation images of {cfg.data_root}"
     sidecar = export_camera_model(model, tuple(cfg.input_size), args.out, batch=batch, opset=args.opset,
                                   config_text=config_text, postprocess=asdict(cfg.postprocess), check_images=images,
-                                  check_images_source=source)
+                                  check_images_source=source, tasks=cfg.model.heads.enabled)
     checks = sidecar["checks"]
     worst = max(checks["parity"]["outputs"].items(), key=lambda kv: kv[1]["max_abs_diff"])
     print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB, {checks['structure']['nodes']} nodes, "

@@ -7,3 +7,7 @@ message names the file, key or value and says what to do.
 
 class PerceptionError(Exception):
     """Bad input or a broken run set-up, reported to the user without a traceback."""
+
+
+class ConfigError(PerceptionError, ValueError):
+    """A config key or value that cannot work; the message names the key and what to set."""

@@ -22,17 +22,11 @@ import os
 
 import cv2
 import numpy as np
-import torch
 
 from perception.core.errors import PerceptionError
 from perception.core.lane_coding import LANE_CLASSES
 from perception.core.light_states import LIGHT_STATES
-from perception.data.camera_dataset import (
-    CameraDataset,
-    ImageReadError,
-    empty_obstacles,
-    normalize_image,
-)
+from perception.data.camera_dataset import CameraDataset, ImageReadError
 from perception.data.drivable_projection import IGNORE_INDEX
 from perception.data.image_io import read_image_file
 from perception.data.tables import check_inside_root
@@ -161,12 +155,13 @@ class Bdd100kDataset(CameraDataset):
     IMAGE_SIZE = (1280, 720)  # every BDD100K image; read from the file when it differs
 
     def __init__(self, root: str, split: str, transform: CameraTransform, seed: int = 0,
-                 skip_bad_images: bool = False, half_decode_max_scale: float = 0.5):
+                 skip_bad_images: bool = False, half_decode_max_scale: float = 0.5, tasks: tuple = ()):
         infos = load_bdd100k_infos(root, split)
         self._sizes: dict[str, list[int]] = {}
         for info in infos:
             info.setdefault("image_size", self._image_size(os.path.join(root, info["image_path"])))
-        super().__init__(root, infos, transform, seed, skip_bad_images, half_decode_max_scale=half_decode_max_scale)
+        super().__init__(root, infos, transform, seed, skip_bad_images, half_decode_max_scale=half_decode_max_scale,
+                         tasks=tasks)
         self.split = split
 
     def _image_size(self, path: str) -> list[int]:
@@ -198,22 +193,8 @@ class Bdd100kDataset(CameraDataset):
                 "intrinsics": np.array([[width, 0.0, width / 2], [0.0, width, height / 2], [0.0, 0.0, 1.0]]),
                 "lanes": [np.asarray(p, np.float32) for p in (info["lanes"] or {"polylines": []})["polylines"]]}
 
-    def make_item(self, info: dict, labels: dict, out: dict, image_path: str) -> dict:
-        height, width = out["image"].shape[:2]
-        has_mask = out["mask"] is not None
-        mask = out["mask"] if has_mask else np.full((height, width), IGNORE_INDEX, np.uint8)
-        lights = info["lights"] or {"labels": []}
-        keep = out["box_indices"]
-        targets = {
-            "drivable": {"valid": has_mask, "mask": torch.from_numpy(mask.astype(np.int64))},
-            "obstacles": empty_obstacles(),
-            "lanes": {"valid": info["lanes"] is not None, "polylines": out["lanes"],
-                      "labels": torch.as_tensor((info["lanes"] or {"labels": []})["labels"], dtype=torch.int64)},
-            "lights": {"valid": info["lights"] is not None, "boxes_xyxy": torch.from_numpy(out["boxes_xyxy"]),
-                       "labels": torch.as_tensor(np.asarray(lights["labels"], np.int64).reshape(-1)[keep])},
-        }
-        meta = {"dataset": self.name, "image_key": self.image_key(info), "sample_token": None,
+    def make_meta(self, info: dict, out: dict, image_path: str) -> dict:
+        return {"dataset": self.name, "image_key": self.image_key(info), "sample_token": None,
                 "image_path": image_path, "orig_size": tuple(info["image_size"]), "intrinsics": out["intrinsics"],
                 "affine": out["affine"], "flipped": out["params"].flip, "drivable_mask_path": info["drivable_mask"],
                 "lanes_gt": info["lanes"], "lights_gt": info["lights"]}  # original px; None: not labelled
-        return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}

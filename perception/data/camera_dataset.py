@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from perception.core.obstacle_coding import attribute_index
 from perception.data.image_io import ImageReadError, read_image_file  # noqa: F401  (ImageReadError: re-exported)
 from perception.data.mask_codec import read_mask
 from perception.data.sampling import item_index, item_rng
@@ -52,10 +51,13 @@ class CameraDataset(Dataset):
     name = "camera"
 
     def __init__(self, data_root: str, infos: list[dict], transform: CameraTransform, seed: int = 0,
-                 skip_bad_images: bool = False, reduced_decoding: bool = True, half_decode_max_scale: float = 0.5):
+                 skip_bad_images: bool = False, reduced_decoding: bool = True, half_decode_max_scale: float = 0.5,
+                 tasks: tuple = ()):
         """``skip_bad_images`` (training): an unreadable image is replaced by the next item and its path
         reported in ``meta["skipped_images"]`` (counted against faults.max_bad_images); otherwise
-        (evaluation) it raises ImageReadError naming the file."""
+        (evaluation) it raises ImageReadError naming the file. ``tasks``: the task specs whose targets
+        items carry (perception.tasks.CAMERA_TASKS; each reads its labels with ``item_targets``)."""
+        self.tasks = tuple(tasks)
         self.seed, self.skip_bad_images, self.reduced_decoding = seed, skip_bad_images, reduced_decoding
         # Decode at half size when the sampled scale is at most this: 0.5 never upsamples the
         # half-size image (evaluation); training may allow a little more (e.g. 0.6: at most 1.2x).
@@ -93,8 +95,18 @@ class CameraDataset(Dataset):
         intrinsics [3,3], lanes (list of [K,2] polylines)."""
         raise NotImplementedError
 
-    def make_item(self, info: dict, labels: dict, out: dict, image_path: str) -> dict:
+    def make_meta(self, info: dict, out: dict, image_path: str) -> dict:
+        """What evaluation and drawing need of an item besides its targets (original-image truth, geometry)."""
         raise NotImplementedError
+
+    def make_item(self, info: dict, out: dict, image_path: str) -> dict:
+        """Every task's targets (its ``empty_targets`` where this item has no labels for it) and the meta."""
+        targets = {}
+        for task in self.tasks:
+            found = task.item_targets(self, info, out)
+            targets[task.name] = task.empty_targets() if found is None else found
+        return {"image": normalize_image(out["image"]), "targets": targets,
+                "meta": self.make_meta(info, out, image_path)}
 
     def _item(self, key) -> dict:
         rng = item_rng(self.seed, key)
@@ -125,7 +137,7 @@ class CameraDataset(Dataset):
         # Lane polylines follow the same affine (a flip mirrors them); the criterion clips to the image.
         out["lanes"] = [torch.from_numpy(apply_affine(lane, out["affine"]).astype(np.float32))
                         for lane in labels["lanes"]]
-        return self.make_item(info, labels, out, image_path)
+        return self.make_item(info, out, image_path)
 
 
 def apply_affine(points: np.ndarray, affine: np.ndarray) -> np.ndarray:
@@ -139,18 +151,6 @@ def drop_hidden_obstacles(info: dict, min_visibility: float) -> dict:
     obstacles = info["obstacles"]
     keep = [i for i, f in enumerate(obstacles["visible_fraction"]) if f >= min_visibility]
     return {**info, "obstacles": {k: [v[i] for i in keep] for k, v in obstacles.items()}}
-
-
-def empty_obstacles() -> dict:
-    """Obstacle targets of an image without obstacle labels (valid False)."""
-    return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64),
-            "center_uv": torch.zeros(0, 2), "center_cam": torch.zeros(0, 3), "size_wlh": torch.zeros(0, 3),
-            "yaw": torch.zeros(0), "velocity": torch.zeros(0, 2), "attributes": torch.zeros(0, dtype=torch.int64),
-            "intrinsics": torch.eye(3)}
-
-
-def empty_lights() -> dict:
-    return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}
 
 
 class NuScenesCameraDataset(CameraDataset):
@@ -168,12 +168,13 @@ class NuScenesCameraDataset(CameraDataset):
     def __init__(self, data_root: str, infos: list[dict], cache_directory: str, transform: CameraTransform,
                  seed: int = 0, skip_bad_images: bool = False, reduced_decoding: bool = True,
                  half_decode_max_scale: float = 0.5, lane_cameras: tuple[str, ...] = ("CAM_FRONT", "CAM_BACK"),
-                 min_visibility: float = 0.0):
+                 min_visibility: float = 0.0, tasks: tuple = ()):
         """``min_visibility``: obstacles of which this camera sees a smaller fraction (the label cache's
         ``visible_fraction``) are dropped from the targets: a box over pixels that show something else
         teaches the classifier noise."""
         infos = [drop_hidden_obstacles(info, min_visibility) for info in infos] if min_visibility > 0 else infos
-        super().__init__(data_root, infos, transform, seed, skip_bad_images, reduced_decoding, half_decode_max_scale)
+        super().__init__(data_root, infos, transform, seed, skip_bad_images, reduced_decoding, half_decode_max_scale,
+                         tasks)
         self.cache_directory = cache_directory
         self.lane_cameras = tuple(lane_cameras)
 
@@ -195,38 +196,9 @@ class NuScenesCameraDataset(CameraDataset):
         width, height = meta["orig_size"]
         return read_mask(meta["drivable_mask_path"], height, width)
 
-    def make_item(self, info: dict, labels: dict, out: dict, image_path: str) -> dict:
-        obstacles = info["obstacles"]
-        keep = out["box_indices"]
-        flip = out["params"].flip
-        centre_cam = np.asarray(obstacles["center_cam"], np.float32).reshape(-1, 3)[keep]
-        yaw = np.asarray(obstacles["yaw_cam"], np.float32).reshape(-1)[keep]
-        velocity = np.asarray(obstacles["velocity_cam"], np.float32).reshape(-1, 2)[keep]
-        if flip:  # mirrored world: x -> -x
-            centre_cam[:, 0] *= -1
-            yaw = -yaw
-            velocity[:, 0] *= -1
-        targets = {
-            "drivable": {"valid": True, "mask": torch.from_numpy(out["mask"].astype(np.int64))},
-            "obstacles": {
-                "valid": True,
-                "boxes_xyxy": torch.from_numpy(out["boxes_xyxy"]),  # input-image pixels
-                "labels": torch.as_tensor(np.asarray(obstacles["label"], np.int64).reshape(-1)[keep]),
-                "center_uv": torch.from_numpy(out["keypoints_uv"][keep]),  # projected 3D centre, input px
-                "center_cam": torch.from_numpy(centre_cam),  # metres, camera frame (x right, y down, z fwd)
-                "size_wlh": torch.as_tensor(np.asarray(obstacles["size_wlh"], np.float32).reshape(-1, 3)[keep]),
-                "yaw": torch.from_numpy(yaw),  # atan2(h_x, h_z) in the camera frame
-                "velocity": torch.from_numpy(velocity),  # (v_x, v_z) m/s, camera frame
-                "attributes": torch.as_tensor([attribute_index(a) for a in obstacles["attribute"]],
-                                              dtype=torch.int64).reshape(-1)[keep],  # -1: none
-                "intrinsics": torch.as_tensor(out["intrinsics"], dtype=torch.float32),  # input image
-            },
-            "lanes": {"valid": info["camera"] in self.lane_cameras, "polylines": out["lanes"],  # input px, [K,2]
-                      "labels": torch.as_tensor(info["lanes"]["labels"], dtype=torch.int64)},
-            "lights": empty_lights(),
-        }
+    def make_meta(self, info: dict, out: dict, image_path: str) -> dict:
         width, height = info["image_size"]
-        meta = {
+        return {
             "dataset": self.name, "sample_token": info["sample_token"], "sample_data_token": info["sample_data_token"],
             "image_key": self.image_key(info), "camera": info["camera"], "image_path": image_path,
             "orig_size": (width, height), "intrinsics": out["intrinsics"],
@@ -237,26 +209,16 @@ class NuScenesCameraDataset(CameraDataset):
             # original px, for evaluation; None: not labelled
             "lanes_gt": info["lanes"] if info["camera"] in self.lane_cameras else None, "lights_gt": None,
         }
-        return {"image": normalize_image(out["image"]), "targets": targets, "meta": meta}
 
 
-SPARSE_TASKS = ("obstacles", "lanes", "lights")
-
-
-def collate_camera_batch(items: list[dict]) -> dict:
-    """Stack images [B,3,H,W] and dense targets; per-image sparse targets stay lists. Every task
-    carries ``valid`` [B] (bool): whether each image has that task's labels."""
+def collate_camera_batch(items: list[dict], tasks: tuple) -> dict:
+    """Stack images [B,3,H,W]; each task of ``tasks`` collates its targets (``Task.collate``: dense ones
+    stacked, sparse ones a list per image) and carries ``valid`` [B] (bool): which images have its labels."""
     input_size = tuple(items[0]["image"].shape[-2:])  # (H, W)
-    targets = {"drivable": {
-        "valid": torch.tensor([bool(item["targets"]["drivable"]["valid"]) for item in items]),
-        "mask": torch.stack([item["targets"]["drivable"]["mask"] for item in items]),  # [B,H,W]
-    }}
-    for task in SPARSE_TASKS:
-        targets[task] = {"valid": torch.tensor([bool(item["targets"][task]["valid"]) for item in items]),
-                         "per_image": [item["targets"][task] for item in items], "input_size": input_size}
     return {
         "images": torch.stack([item["image"] for item in items]),
-        "targets": targets,
+        "targets": {task.name: task.collate([item["targets"][task.name] for item in items], input_size)
+                    for task in tasks},
         "meta": [item["meta"] for item in items],
         "skipped_images": [path for item in items for path in item["meta"].get("skipped_images", [])],
     }

@@ -3,6 +3,7 @@ mixed with BDD100K-format data (training draws a fixed fraction of items from ea
 
 from __future__ import annotations
 
+import functools
 import os
 
 import lightning as L
@@ -31,8 +32,9 @@ class NuScenesDataModule(L.LightningDataModule):
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
                  flip_prob: float = 0.5, photometric: bool = True, seed: int = 0, bdd100k=None,
-                 lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0):
-        """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None."""
+                 lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0, tasks: tuple = ()):
+        """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None.
+        ``tasks``: the task specs whose targets items carry and batches collate (perception.tasks)."""
         super().__init__()
         if not os.path.isdir(os.path.join(data_root, version)):
             raise FileNotFoundError(f"no nuScenes tables at {os.path.join(data_root, version)}: set data_root and "
@@ -52,6 +54,8 @@ class NuScenesDataModule(L.LightningDataModule):
         self.bdd100k = bdd100k
         self.lane_cameras = tuple(lane_cameras)
         self.min_visibility = min_visibility
+        self.tasks = tuple(tasks)
+        self.collate = functools.partial(collate_camera_batch, tasks=self.tasks)
         self.datasets: dict = {}
 
     def _transform(self, train: bool) -> CameraTransform:
@@ -71,7 +75,8 @@ class NuScenesDataModule(L.LightningDataModule):
         skip = train if skip_bad_images is None else skip_bad_images
         return NuScenesCameraDataset(self.data_root, infos, directory, self._transform(train), seed=self.seed,
                                      skip_bad_images=skip, half_decode_max_scale=0.6 if train else 0.5,
-                                     lane_cameras=self.lane_cameras, min_visibility=self.min_visibility)
+                                     lane_cameras=self.lane_cameras, min_visibility=self.min_visibility,
+                                     tasks=self.tasks)
 
     def bdd100k_dataset(self, stage: str, split: str | None = None, skip_bad_images: bool | None = None):
         """The BDD100K-format dataset of a stage, or None when the config mixes in none (``skip_bad_images``
@@ -84,7 +89,7 @@ class NuScenesDataModule(L.LightningDataModule):
         split = split or (self.bdd100k.train_split if train else self.bdd100k.val_split)
         return Bdd100kDataset(self.bdd100k.data_root, split, self._transform(train), seed=self.seed,
                               skip_bad_images=train if skip_bad_images is None else skip_bad_images,
-                              half_decode_max_scale=0.6 if train else 0.5)
+                              half_decode_max_scale=0.6 if train else 0.5, tasks=self.tasks)
 
     def mixed_dataset(self, stage: str, skip_bad_images: bool | None = None):
         """Training: nuScenes and BDD100K items in the configured fractions; validation: both, each once."""
@@ -113,9 +118,9 @@ class NuScenesDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return resumable_train_loader(self, self.datasets["train"], self.batch_size, self.seed,
-                                      num_workers=self.num_workers, collate_fn=collate_camera_batch)
+                                      num_workers=self.num_workers, collate_fn=self.collate)
 
     def val_dataloader(self) -> DataLoader:
         return sharded_val_loader(self, self.datasets["val"], self.val_batch_size, num_workers=self.num_workers,
-                                  collate_fn=collate_camera_batch)
+                                  collate_fn=self.collate)
 

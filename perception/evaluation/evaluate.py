@@ -22,21 +22,10 @@ from torch.utils.data import DataLoader
 
 from perception.build import build_datamodule
 from perception.config import ExperimentConfig
-from perception.core.light_states import LIGHT_STATES
 from perception.core.progress import progress
-from perception.data.camera_dataset import collate_camera_batch
 from perception.data.sampling import ResumableSampler
-from perception.evaluation.frame_scores import lane_sweep_entry, obstacle_frame_counts, visible_truth_boxes
-from perception.evaluation.nuscenes_detection import run_detection_eval, write_submission
 from perception.inference.predictors import TorchPredictor
-from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
-from perception.metrics.box_ap import coco_ap50
-from perception.metrics.lanes import LaneF1, match_lanes
-from perception.metrics.segmentation import BinaryIoU
-from perception.postprocess.drivable import drivable_probability, to_original_image
-from perception.postprocess.lanes import decode_lanes
-from perception.postprocess.lights import decode_lights
-from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
+from perception.tasks import ScoringContext
 
 
 @torch.no_grad()
@@ -60,8 +49,7 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
         predictor = TorchPredictor(cfg, checkpoint_path)
     datamodule = build_datamodule(cfg)
     sources = [datamodule.dataset("val", split=split)]
-    heads = cfg.model.heads
-    if cfg.bdd100k is not None and any(h is not None for h in (heads.drivable, heads.lanes, heads.lights)):
+    if cfg.bdd100k is not None and any("bdd100k" in task.labelled_datasets for task in cfg.model.heads.enabled):
         sources.append(datamodule.bdd100k_dataset("val"))
     per_image: dict[str, dict] = {}  # image key -> result of that image
     detail = report_dir is not None  # the report's per-frame diagnostics cost a little more per image
@@ -71,17 +59,14 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
         sampler = ResumableSampler(len(dataset), shuffle=False, rank=rank, world_size=world)
         loader = DataLoader(dataset, batch_size=batch_size or cfg.val_batch_size, sampler=sampler,
                             num_workers=cfg.num_workers if num_workers is None else num_workers,
-                            collate_fn=collate_camera_batch)
+                            collate_fn=datamodule.collate)
         for batch in progress(loader, f"evaluating {dataset.name}", unit="batch"):
             start = time.perf_counter()
             outputs = predictor(batch["images"])
             timings["model_s"] += time.perf_counter() - start
             start = time.perf_counter()
-            probability = None
-            if "drivable.logits" in outputs:
-                probability = drivable_probability(outputs["drivable.logits"], tuple(cfg.input_size)).numpy()
             for i, meta in enumerate(batch["meta"]):
-                per_image[meta["image_key"]] = _image_result(cfg, dataset, outputs, probability, i, meta,
+                per_image[meta["image_key"]] = _image_result(cfg, dataset, outputs, i, meta,
                                                              infos.get(meta["image_key"]))
             timings["postprocess_s"] += time.perf_counter() - start
 
@@ -108,96 +93,31 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
     return metrics
 
 
-def _image_result(cfg: ExperimentConfig, dataset, outputs: dict, probability, i: int, meta: dict,
-                  info: dict | None = None) -> dict:
-    """What scoring needs from one image: drivable counts, boxes, lane matches, light detections.
+def _image_result(cfg: ExperimentConfig, dataset, outputs: dict, i: int, meta: dict, info: dict | None = None) -> dict:
+    """What scoring needs from one image: each enabled task's part (``Task.image_result``).
 
     With the image's label-cache ``info`` (report mode) also the report's per-frame diagnostics."""
-    input_size, post = tuple(cfg.input_size), cfg.postprocess
     result = {"dataset": meta["dataset"], "sample_token": meta["sample_token"]}
-    if probability is not None:
-        truth = dataset.read_drivable_truth(meta)
-        if truth is not None:
-            counts = BinaryIoU()
-            counts.update(to_original_image(probability[i], meta["affine"], meta["orig_size"]), truth)
-            result["drivable"] = (counts.tp, counts.fp, counts.fn, counts.tn)
-    if "obstacles.logits" in outputs and meta["dataset"] == "nuscenes":
-        boxes = decode_image(outputs, i, meta["intrinsics"], input_size, post.obstacle_max_per_image,
-                             post.obstacle_score_threshold)
-        result["boxes"] = to_global(boxes, meta["ego_from_camera"], meta["global_from_ego"])
-        if info is not None:
-            truth = visible_truth_boxes(info, cfg.min_obstacle_visibility)
-            result["obstacle_counts"] = obstacle_frame_counts(boxes, truth)
-    if "lanes.logits" in outputs and meta["lanes_gt"] is not None:
-        lanes = decode_lanes(outputs, i, input_size, meta["affine"], post.lane_score_threshold,
-                             post.lane_visibility_threshold)
-        truth = [np.asarray(p, np.float64) for p in meta["lanes_gt"]["polylines"]]
-        result["lanes"] = match_lanes(lanes.polylines, truth, meta["orig_size"])
-        if meta["dataset"] == "bdd100k":
-            result["lanes_bdd"] = lane_fscores(lanes.polylines, truth, meta["orig_size"])
-        if info is not None:  # every lane above a low score, for the precision/recall sweep
-            low = decode_lanes(outputs, i, input_size, meta["affine"], 0.05, post.lane_visibility_threshold)
-            result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
-    if "lights.logits" in outputs and meta["lights_gt"] is not None:
-        result["lights"] = decode_lights(outputs, i, input_size, meta["affine"], post.light_max_per_image,
-                                         post.light_score_threshold)
-        result["lights_gt"] = meta["lights_gt"]
+    for task in cfg.model.heads.enabled:
+        result.update(task.image_result(cfg, dataset, outputs, i, meta, info))
     return result
 
 
 def _score(cfg: ExperimentConfig, sources: list, per_image: dict[str, dict], split: str, work_dir: str,
            format_only: bool, results_path: str | None, timings: dict[str, float],
            plot_dir: str | None = None) -> dict[str, float]:
-    """Metrics from one result per image (rank 0)."""
+    """Metrics from one result per image (rank 0): each enabled task scores the split (``Task.score``)."""
     for dataset in sources:
         expected = {dataset.image_key(info) for info in dataset.infos}
         missing = expected - set(per_image)
         if missing:
             raise RuntimeError(f"evaluation produced no result for {len(missing)} of the {len(expected)} images of "
                                f"{dataset.name} (e.g. {sorted(missing)[:2]})")
+    results = [per_image[key] for key in sorted(per_image)]  # a fixed order, whatever the number of ranks
+    context = ScoringContext(cfg, sources, split, work_dir, format_only, results_path, plot_dir, timings)
     metrics: dict[str, float] = {}
-    suffix = {"nuscenes": "", "bdd100k": "_bdd100k"}
-    for name in ("nuscenes", "bdd100k"):
-        counts = [r["drivable"] for r in per_image.values() if r["dataset"] == name and "drivable" in r]
-        if counts:
-            iou = BinaryIoU()
-            iou.tp, iou.fp, iou.fn, iou.tn = (int(sum(c[k] for c in counts)) for k in range(4))
-            metrics.update({f"drivable/{k}{suffix[name]}": v for k, v in iou.compute().items()})
-    lane_results = {name: [r["lanes"] for r in per_image.values() if r["dataset"] == name and "lanes" in r]
-                    for name in ("nuscenes", "bdd100k")}
-    if any(lane_results.values()):
-        overall = LaneF1()
-        for name, results in lane_results.items():
-            if not results:
-                continue
-            per_dataset = LaneF1()
-            for tp, fp, fn in results:
-                per_dataset.add(tp, fp, fn)
-                overall.add(tp, fp, fn)
-            metrics[f"lanes/F1_{name}"] = per_dataset.compute()["F1"]
-        metrics.update({f"lanes/{k}": v for k, v in overall.compute().items()})
-    official = [r["lanes_bdd"] for r in per_image.values() if "lanes_bdd" in r]
-    if official:
-        metrics.update({f"lanes/{k}_bdd100k": v for k, v in mean_lane_fscores(official).items()})
-    light_results = [per_image[key] for key in sorted(per_image) if "lights" in per_image[key]]
-    if light_results:
-        ap = coco_ap50([r["lights_gt"] for r in light_results], [r["lights"] for r in light_results], LIGHT_STATES)
-        metrics.update({f"lights/{k}": v for k, v in ap.items()})
-    if cfg.model.heads.obstacles is not None:
-        start = time.perf_counter()
-        per_sample: dict[str, list[dict]] = {}
-        for key in sorted(per_image):  # a fixed order, whatever the number of ranks
-            if "boxes" in per_image[key]:
-                per_sample.setdefault(per_image[key]["sample_token"], []).extend(per_image[key]["boxes"])
-        sample_tokens = list(dict.fromkeys(info["sample_token"] for info in sources[0].infos))
-        merged = {token: merge_cameras(boxes) for token, boxes in per_sample.items()}
-        results_path = results_path or os.path.join(work_dir, f"results_nusc_{split}.json")
-        write_submission(merged, sample_tokens, results_path)
-        timings["postprocess_s"] += time.perf_counter() - start
-        if not format_only:
-            start = time.perf_counter()
-            metrics.update(score_detections(cfg, results_path, split, work_dir, plot_dir))
-            timings["devkit_s"] += time.perf_counter() - start
+    for task in cfg.model.heads.enabled:
+        metrics.update(task.score(results, context))
     metrics["eval/num_images"] = float(len(per_image))
     metrics.update({f"eval/{k}": v for k, v in timings.items()})
     return metrics
@@ -214,16 +134,6 @@ def distributed_rank_and_world() -> tuple[int, int]:
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def score_detections(cfg: ExperimentConfig, results_path: str, split: str, work_dir: str,
-                     plot_dir: str | None = None) -> dict[str, float]:
-    from perception.data.tables import load_nuscenes
-
-    nusc = load_nuscenes(cfg.data_root, cfg.version)
-    output_dir = os.path.join(work_dir, f"nuscenes_eval_{split}")
-    os.makedirs(output_dir, exist_ok=True)
-    return run_detection_eval(nusc, results_path, split, output_dir, plot_dir=plot_dir)
 
 
 def write_metrics(metrics: dict[str, float], work_dir: str) -> str:

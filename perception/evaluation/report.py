@@ -22,11 +22,11 @@ import numpy as np
 
 from perception.core.light_states import LIGHT_STATES
 from perception.core.nuscenes_constants import DETECTION_CLASSES
-from perception.evaluation.frame_scores import REPORT_MIN_SCORE, lane_precision_recall, light_confusion
-from perception.evaluation.nuscenes_report import DISTANCE_BANDS, band_name
 from perception.evaluation.report_gallery import write_gallery
 from perception.evaluation.report_plots import bar_plot, confusion_plot, precision_recall_plot
 from perception.metrics.box_ap import coco_precision50
+from perception.scoring.frame_scores import REPORT_MIN_SCORE, lane_precision_recall, light_confusion
+from perception.scoring.nuscenes_report import DISTANCE_BANDS, band_name
 
 TASK_PREFIXES = (("Obstacles (nuScenes devkit)", "nuscenes/"), ("Lanes", "lanes/"), ("Traffic lights", "lights/"),
                  ("Drivable area", "drivable/"), ("Evaluation run", "eval/"))

@@ -3,7 +3,7 @@
 Frames are ranked by a per-frame score of their task (``frame_scores``): drivable IoU, obstacle F1
 (same class within 2 m in BEV), lane F1 (CULane-style matching), traffic-light F1 (IoU 0.5, same
 state). The chosen frames are run through the model again (the same dataset item and decoding as
-the evaluation) and drawn by ``perception.inference.drawing``: predictions in their task colours,
+the evaluation) and drawn by ``perception.drawing``: predictions in their task colours,
 ground truth in magenta (``TRUTH_RGB``).
 """
 
@@ -14,13 +14,13 @@ import os
 import cv2
 import numpy as np
 
+from perception import drawing
 from perception.data.camera_dataset import read_image_rgb
-from perception.evaluation.frame_scores import REPORT_MIN_SCORE, f1, light_frame_counts, visible_truth_boxes
-from perception.inference import drawing
 from perception.postprocess.drivable import drivable_probability, to_original_image
 from perception.postprocess.lanes import ImageLanes, decode_lanes
 from perception.postprocess.lights import decode_lights
 from perception.postprocess.obstacles import decode_image
+from perception.scoring.frame_scores import REPORT_MIN_SCORE, f1, light_frame_counts, visible_truth_boxes
 
 GALLERY_TASKS = ("obstacles", "lanes", "lights", "drivable")
 MAX_WIDTH = 800  # drawn frames are scaled down to this width

@@ -31,12 +31,11 @@ from perception.export.graph_checks import (
     query_set_agreement,
 )
 from perception.export.provenance import provenance, set_metadata
+from perception.tasks import CAMERA_TASKS
 
 # ONNX Runtime vs PyTorch (both fp32, CPU): a difference above atol + rtol * max|output| fails.
 PARITY_ATOL = 1e-3
 PARITY_RTOL = 1e-3
-# Heads whose outputs are per query [B,Q,...]; compared as sets when the per-index comparison fails.
-QUERY_HEADS = ("obstacles", "lanes", "lights")
 # Share of a head's queries that must have a counterpart within tolerance (a top-k near-tie may swap the
 # k-th token for another: one query of 100 per image).
 MIN_QUERY_AGREEMENT = 0.95
@@ -133,7 +132,7 @@ def _declare_output_shapes(onnx_model, shapes: dict[str, list[int]]) -> None:
             dims.add().dim_value = int(size)
 
 
-def _parity(graph: CameraGraph, path: str, images: torch.Tensor) -> tuple[dict, list[str]]:
+def _parity(graph: CameraGraph, path: str, images: torch.Tensor, tasks: tuple) -> tuple[dict, list[str]]:
     """ONNX Runtime vs PyTorch on ``images``: (report, problems). Query heads fall back to a set comparison."""
     import onnxruntime as ort
 
@@ -145,7 +144,7 @@ def _parity(graph: CameraGraph, path: str, images: torch.Tensor) -> tuple[dict, 
     differences = output_differences(reference, actual)
     dense = dict(differences)
     query_sets, query_failures = {}, []
-    for head in QUERY_HEADS:
+    for head in (task.name for task in tasks if task.query_outputs):  # per query [B,Q,...]: may match as sets
         head_differences = {n: dense.pop(n) for n in names if n.startswith(f"{head}.")}
         if not parity_problems(head_differences, PARITY_ATOL, PARITY_RTOL):
             continue
@@ -164,8 +163,9 @@ def _parity(graph: CameraGraph, path: str, images: torch.Tensor) -> tuple[dict, 
 def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str, batch: int | None = 6,
                         opset: int = 17, config_text: str = "", postprocess: dict | None = None,
                         check_images: torch.Tensor | None = None, check_images_source: str = "validation images",
-                        fp16_images: int = 6) -> dict:
+                        fp16_images: int = 6, tasks: tuple = CAMERA_TASKS) -> dict:
     """Write ``path`` and ``<path stem>.json``; return the sidecar. ``batch=None``: dynamic batch axis.
+    ``tasks``: the specs of the model's heads (the sidecar's meanings; which outputs are per query).
 
     ``check_images`` [N,3,H,W] (normalised, e.g. from the validation split) drive the parity
     check and the FP16 report; without them, synthetic road-like images are used (and the
@@ -211,7 +211,7 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
     source = check_images_source if check_images is not None else "synthetic road-like images (seed 1)"
     if check_images is None:
         check_images = synthetic_camera_images(max(batch or 3, fp16_images), input_size, seed=1)
-    parity, parity_failures = _parity(graph, path, _batches(check_images, batch or 3)[0])
+    parity, parity_failures = _parity(graph, path, _batches(check_images, batch or 3)[0], tasks)
     problems += parity_failures
     timings["parity_s"] = time.perf_counter() - start
 
@@ -233,7 +233,7 @@ def export_camera_model(model: nn.Module, input_size: tuple[int, int], path: str
         "timings_s": timings,
     }
     origin = provenance(config_text)
-    sidecar = build_sidecar(input_shape, output_shapes, postprocess or {}, opset, origin, checks)
+    sidecar = build_sidecar(input_shape, output_shapes, postprocess or {}, opset, origin, checks, tasks)
     set_metadata(onnx_model, {
         **origin, "input_name": INPUT_NAME, "input_shape": json.dumps(input_shape),
         "colour_order": PREPROCESSING["colour_order"], "mean": json.dumps(PREPROCESSING["mean"]),

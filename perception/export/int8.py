@@ -25,10 +25,13 @@ import os
 
 import numpy as np
 
+from perception.tasks import CAMERA_TASKS
+
 QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
-# Tasks whose heads stay entirely in float by default: measured on the demo checkpoint, quantizing them cost
-# lane F1 and light AP50 more than the 1 % budget (docs in the README); they are a small share of the FLOPs.
-FLOAT_HEADS = ("lanes", "lights")
+# Tasks whose heads stay entirely in float by default (Task.int8_float): measured on the demo checkpoint,
+# quantizing the lane and light heads cost lane F1 and light AP50 more than the 1 % budget (README); they are
+# a small share of the FLOPs.
+FLOAT_HEADS = tuple(task.name for task in CAMERA_TASKS if task.int8_float)
 # Ops a walk back from an output passes through to find the projection that produced it.
 _PASS_THROUGH = frozenset({"Add", "Sigmoid", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Slice",
                            "Split", "Mul", "Sub", "Div", "Identity", "Flatten", "Tanh", "Exp", "Clip", "Gather"})

@@ -12,14 +12,13 @@ def build_system(cfg: ExperimentConfig | MotionExperimentConfig, config_text: st
 
         return MotionSystem(build_motion_model(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
                             config_text=config_text, faults=cfg.faults)
-    from perception.losses.box_set_loss import LightCriterion
-    from perception.losses.drivable_loss import DrivableCriterion
-    from perception.losses.lane_loss import LaneCriterion
-    from perception.losses.obstacle_loss import ObstacleCriterion
     from perception.training.system import PerceptionSystem
 
     model = build_model(cfg.model, tuple(cfg.input_size))
-    known = (DrivableCriterion.loss_names + ObstacleCriterion.loss_names + LaneCriterion.loss_names
-             + LightCriterion.loss_names)
+    heads = cfg.model.heads
+    # Weights of every known task's losses are accepted (configs inherit them); others are typos.
+    known = tuple(name for task in heads.tasks for name in task.loss_names)
     return PerceptionSystem(model, build_criteria(cfg), cfg.loss_weights, cfg.optimizer, cfg.scheduler,
-                            config_text=config_text, known_loss_names=known, faults=cfg.faults)
+                            config_text=config_text, known_loss_names=known, faults=cfg.faults,
+                            validation_metrics=[m for m in (task.validation_metric() for task in heads.enabled)
+                                                if m is not None])

@@ -15,6 +15,7 @@ from mmengine.config import Config
 from perception.build import build_datamodule
 from perception.config import parse_config
 from perception.core.checkpoint import check_resume_fits
+from perception.tasks import CAMERA_TASKS
 from perception.training.assembly import build_system
 from perception.training.checkpoint_io import AtomicCheckpointIO
 from perception.training.curves import plot_curves
@@ -54,9 +55,11 @@ def resolve_resume(work_dir: str, resume: str | bool | None) -> str | None:
     return resume
 
 
-def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callbacks: list | None = None) -> dict:
-    """Train as configured; returns the final logged metrics (floats). ``callbacks`` are added to ours."""
-    experiment = parse_config(cfg)
+def train(cfg: Config, work_dir: str, resume: str | bool | None = None, callbacks: list | None = None,
+          tasks: tuple = CAMERA_TASKS) -> dict:
+    """Train as configured; returns the final logged metrics (floats). ``callbacks`` are added to ours;
+    ``tasks``: the camera task specs the config's ``model.heads`` may name."""
+    experiment = parse_config(cfg, tasks)
     os.makedirs(work_dir, exist_ok=True)
     resolved_path = os.path.join(work_dir, "config.py")
     cfg.dump(resolved_path)

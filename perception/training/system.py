@@ -1,4 +1,4 @@
-"""The camera perception LightningModule: criteria per task, weighted losses, validation metrics."""
+"""The camera perception LightningModule: criteria per task, weighted losses, the tasks' validation metrics."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import torch
 from torch import nn
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
-from perception.metrics.segmentation import BinaryIoU
-from perception.postprocess.drivable import drivable_probability
 from perception.training.base_system import BaseSystem
 
 
 class PerceptionSystem(BaseSystem):
     def __init__(self, model: nn.Module, criteria: dict[str, nn.Module], loss_weights: dict[str, float],
                  optimizer: OptimizerConfig, scheduler: SchedulerConfig, config_text: str = "",
-                 known_loss_names: tuple[str, ...] = (), faults: FaultsConfig | None = None):
+                 known_loss_names: tuple[str, ...] = (), faults: FaultsConfig | None = None,
+                 validation_metrics: list | None = None):
+        """``validation_metrics``: the enabled tasks' (perception.tasks.base.Task.validation_metric); the
+        first one picks best.ckpt, else the validation loss does."""
         super().__init__(model, optimizer, scheduler, config_text, faults)
         self.criteria = nn.ModuleDict(criteria)
         produced = {name for c in criteria.values() for name in c.loss_names}
@@ -24,11 +25,9 @@ class PerceptionSystem(BaseSystem):
             raise ValueError(f"loss_weights has keys {sorted(unknown)} that no criterion produces; "
                              f"losses are {sorted(produced | set(known_loss_names))}")
         self.loss_weights = {name: float(loss_weights.get(name, 1.0)) for name in produced}
-        # best.ckpt follows the drivable IoU when that head is on, else the validation loss.
-        self.has_drivable = "drivable" in criteria
-        if self.has_drivable:
-            self.monitor, self.monitor_mode = "val/drivable_IoU", "max"
-        self.val_drivable = BinaryIoU()
+        self.validation_metrics = list(validation_metrics or [])
+        if self.validation_metrics:
+            self.monitor, self.monitor_mode = self.validation_metrics[0].name, self.validation_metrics[0].mode
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.model(images)
@@ -55,16 +54,13 @@ class PerceptionSystem(BaseSystem):
         self.log("val/loss", total, batch_size=batch_size, sync_dist=True)
         for name, value in losses.items():  # per task and term, beside train/loss_<name>
             self.log(f"val/loss_{name}", value, batch_size=batch_size, sync_dist=True)
-        if "drivable.logits" in outputs:
-            target = batch["targets"]["drivable"]
-            valid = target["valid"]
-            probability = drivable_probability(outputs["drivable.logits"], target["mask"].shape[-2:])
-            self.val_drivable.update(probability[valid] > 0.5, target["mask"][valid])
+        for metric in self.validation_metrics:
+            metric.update(outputs, batch["targets"])
 
     def on_validation_epoch_end(self) -> None:
-        if self.has_drivable:
-            iou = self.val_drivable.compute()["IoU"]
-            self.val_drivable.reset()
-            self.log("val/drivable_IoU", torch.tensor(iou, device=self.device), prog_bar=True, sync_dist=True)
+        for metric in self.validation_metrics:
+            value = metric.compute()
+            metric.reset()
+            self.log(metric.name, torch.tensor(value, device=self.device), prog_bar=True, sync_dist=True)
         skipped = float(self.faults.bad_image_counts["validation"])
         self.log("val/skipped_images", skipped, sync_dist=True, reduce_fx="sum")

@@ -29,7 +29,7 @@ def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
     """Run DetectionEval on ``split`` (official or custom); flat ``nuscenes/*`` metrics.
 
     With ``plot_dir`` the devkit's curves are rendered there (PNG) and AP by distance band is added
-    (``nuscenes/AP_0-20m`` ...; ``perception.evaluation.nuscenes_report``)."""
+    (``nuscenes/AP_0-20m`` ...; ``perception.scoring.nuscenes_report``)."""
     from nuscenes.eval.detection.config import config_factory
     from nuscenes.eval.detection.constants import DETECTION_NAMES
     from nuscenes.eval.detection.evaluate import DetectionEval
@@ -54,7 +54,7 @@ def run_detection_eval(nusc, result_path: str, split: str, output_dir: str,
     for name, ap in summary["mean_dist_aps"].items():
         flat[f"nuscenes/AP_{name}"] = ap
     if plot_dir is not None:
-        from perception.evaluation.nuscenes_report import ap_by_distance, render_detection_plots
+        from perception.scoring.nuscenes_report import ap_by_distance, render_detection_plots
 
         render_detection_plots(evaluation, metrics, metric_data, plot_dir)
         flat.update({f"nuscenes/{k}": v for k, v in ap_by_distance(evaluation).items()})

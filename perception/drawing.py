@@ -1,4 +1,7 @@
-"""Drawing predictions: drivable overlay, lanes, traffic lights with state, projected 3D boxes, a BEV panel.
+"""Drawing primitives: drivable overlay, lanes, traffic lights with state, projected 3D boxes, a BEV panel.
+
+The task specs draw their results with these (``Task.draw``); perception.inference.annotate puts a
+frame together.
 
 All drawing is OpenCV on uint8 RGB images, in original-image pixels; line widths scale with the
 image so 1600x900 and 480x270 frames read alike.
@@ -12,7 +15,6 @@ import numpy as np
 from perception.core.geometry import box_corners, project_points
 from perception.core.light_states import LIGHT_STATES
 from perception.core.nuscenes_constants import DETECTION_CLASSES
-from perception.inference.pipeline import FramePrediction
 from perception.postprocess.obstacles import CameraBoxes
 
 DRIVABLE_RGB = (0, 200, 90)
@@ -138,21 +140,3 @@ def camera_bev_entries(boxes: CameraBoxes, min_score: float) -> list:
     keep = np.flatnonzero(boxes.scores >= min_score)
     return [(DETECTION_CLASSES[int(boxes.labels[i])], float(boxes.scores[i]), boxes.center_cam[i, [0, 2]],
              float(boxes.yaw_cam[i]), boxes.size_wlh[i, :2]) for i in keep]
-
-
-def annotate(image_rgb: np.ndarray, prediction: FramePrediction, intrinsics: np.ndarray, min_score: float = 0.3,
-             with_bev: bool = True) -> np.ndarray:
-    """The image with every task drawn, and (with_bev) a square BEV panel of its obstacles on the right."""
-    canvas = image_rgb.copy()
-    if prediction.drivable is not None:
-        draw_drivable(canvas, prediction.drivable)
-    if prediction.lanes is not None:
-        draw_lanes(canvas, prediction.lanes)
-    if prediction.obstacles is not None:
-        draw_boxes_3d(canvas, prediction.obstacles, intrinsics, min_score)
-    if prediction.lights is not None:
-        draw_lights(canvas, prediction.lights, min_score)
-    if not with_bev:
-        return canvas
-    entries = camera_bev_entries(prediction.obstacles, min_score) if prediction.obstacles is not None else []
-    return np.concatenate([canvas, bev_panel(entries, canvas.shape[0])], axis=1)

@@ -1,0 +1,1 @@
+"""Scoring helpers the task specs use at evaluation: the devkit submission and per-frame report figures."""

@@ -1,0 +1,23 @@
+"""The config fields every DETR-style head shares (perception.models.heads.query_decoder)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass
+class QueryDecoderConfig:
+    dim: int = 64  # decoder width
+    num_queries: int = 30
+    num_layers: int = 2
+    num_heads: int = 4
+    ffn_dim: int = 256
+    levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
+    memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
+    reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
+
+    def decoder_kwargs(self) -> dict:
+        """The shared fields as keyword arguments of a query head."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(QueryDecoderConfig)} | {
+            "levels": tuple(self.levels)}

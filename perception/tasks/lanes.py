@@ -1,0 +1,127 @@
+"""Lanes: a DETR-style head whose queries are row-anchored lane curves (perception.core.lane_coding).
+
+Labels: nuScenes map-derived lanes (the ``lane_cameras`` only) and BDD100K lane markings. Scored by
+CULane-style F1 (IoU of widened curves >= 0.5) per dataset and overall; BDD100K's own pixel F-scores
+are reported beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from perception.core.errors import ConfigError
+from perception.core.lane_coding import LANE_CLASSES
+from perception.losses.lane_loss import LOSS_NAMES
+from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
+from perception.metrics.lanes import LaneF1, match_lanes
+from perception.postprocess.lanes import decode_lanes
+from perception.tasks.base import ScoringContext, Task, validate_query_head
+from perception.tasks.decoder_config import QueryDecoderConfig
+
+SWEEP_MIN_SCORE = 0.05  # the report's precision/recall sweep starts here
+
+
+@dataclass
+class LaneHeadConfig(QueryDecoderConfig):
+    num_queries: int = 20
+    num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
+
+
+class LaneTask(Task):
+    name = "lanes"
+    config_class = LaneHeadConfig
+    labelled_datasets = ("nuscenes", "bdd100k")
+    loss_names = LOSS_NAMES
+    output_meanings = {
+        "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
+        "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
+                        "(outside [0, 1]: the lane is off the image at that row; use lanes.visibility)",
+        "lanes.visibility": "[B,Q,P] logit that the lane crosses anchor row k inside the image",
+    }
+    class_names = {"lanes": list(LANE_CLASSES)}
+    postprocess_code = "perception.postprocess.lanes.decode_lanes"
+    query_outputs = True
+    int8_float = True  # INT8 moved the lane points by tens of pixels (perception.export.int8)
+
+    def validate(self, head: LaneHeadConfig, cfg) -> None:
+        validate_query_head(self.name, head)
+        if head.num_points < 2:
+            raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {head.num_points}")
+
+    def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
+        from perception.models.heads.lanes import LaneHead
+
+        return LaneHead(in_channels, num_points=head.num_points, **head.decoder_kwargs())
+
+    def build_criterion(self, cfg):
+        from perception.losses.lane_loss import LaneCriterion, LaneMatcher
+
+        m = cfg.matcher
+        return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
+                             dense_class_positives=m.dense_class_positives)
+
+    def empty_targets(self) -> dict:
+        return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
+
+    def item_targets(self, dataset, info: dict, out: dict) -> dict | None:
+        """Polylines in input px ([K,2] each, through the item's affine); ``valid``: the image is labelled."""
+        if dataset.name == "nuscenes":  # lanes are labelled in the lane cameras only (markings run away from them)
+            valid, lanes = info["camera"] in dataset.lane_cameras, info["lanes"]
+        elif dataset.name == "bdd100k":
+            valid, lanes = info["lanes"] is not None, info["lanes"] or {"labels": []}
+        else:
+            return None
+        return {"valid": valid, "polylines": out["lanes"], "labels": torch.as_tensor(lanes["labels"],
+                                                                                      dtype=torch.int64)}
+
+    def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
+        """ImageLanes: polylines in original pixels, labels, scores."""
+        return decode_lanes(outputs, i, tuple(input_size), affine, post.lane_score_threshold,
+                            post.lane_visibility_threshold)
+
+    def draw(self, canvas, prediction, intrinsics, min_score) -> None:
+        from perception.drawing import draw_lanes
+
+        draw_lanes(canvas, prediction)
+
+    def image_result(self, cfg, dataset, outputs, i, meta, info) -> dict:
+        if meta["lanes_gt"] is None:
+            return {}
+        lanes = self.decode(outputs, i, cfg.input_size, meta["affine"], meta["orig_size"], cfg.postprocess)
+        truth = [np.asarray(p, np.float64) for p in meta["lanes_gt"]["polylines"]]
+        result = {"lanes": match_lanes(lanes.polylines, truth, meta["orig_size"])}
+        if meta["dataset"] == "bdd100k":
+            result["lanes_bdd"] = lane_fscores(lanes.polylines, truth, meta["orig_size"])
+        if info is not None:  # every lane above a low score, for the report's precision/recall sweep
+            from perception.scoring.frame_scores import lane_sweep_entry
+
+            low = decode_lanes(outputs, i, tuple(cfg.input_size), meta["affine"], SWEEP_MIN_SCORE,
+                               cfg.postprocess.lane_visibility_threshold)
+            result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
+        return result
+
+    def score(self, results: list[dict], context: ScoringContext) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        by_dataset = {name: [r["lanes"] for r in results if r["dataset"] == name and "lanes" in r]
+                      for name in ("nuscenes", "bdd100k")}
+        if any(by_dataset.values()):
+            overall = LaneF1()
+            for name, matches in by_dataset.items():
+                if not matches:
+                    continue
+                per_dataset = LaneF1()
+                for tp, fp, fn in matches:
+                    per_dataset.add(tp, fp, fn)
+                    overall.add(tp, fp, fn)
+                metrics[f"lanes/F1_{name}"] = per_dataset.compute()["F1"]
+            metrics.update({f"lanes/{k}": v for k, v in overall.compute().items()})
+        official = [r["lanes_bdd"] for r in results if "lanes_bdd" in r]
+        if official:
+            metrics.update({f"lanes/{k}_bdd100k": v for k, v in mean_lane_fscores(official).items()})
+        return metrics
+
+
+LANES = LaneTask()
