@@ -52,7 +52,7 @@ def query_agreement(reference: dict, outputs: dict, prefix: str) -> float:
 
     Query selection is a top-k over per-token scores, so near-ties may pick other tokens or another
     order in fp16; matching by geometry compares what post-processing would see."""
-    geometry = "points" if prefix == "lanes" else "boxes"
+    geometry = "points" if f"{prefix}.points" in reference else "boxes"  # lanes: row x; boxes: cx, cy, w, h
     ref_geo, got_geo = reference[f"{prefix}.{geometry}"].float(), outputs[f"{prefix}.{geometry}"].float()
     ref_logits, got_logits = reference[f"{prefix}.logits"].float(), outputs[f"{prefix}.logits"].float()
     agree = total = 0
@@ -96,7 +96,9 @@ def inference(config: str, images: torch.Tensor, runs: int, weights: str | None 
     flips = float(((outputs["drivable.logits"].float().argmax(1)) != logits.argmax(1)).float().mean())
     print(f"  fp16 vs fp32: all outputs finite {finite}; drivable logits max|diff| {dense:.3g} "
           f"(max|logit| {float(logits.abs().max()):.3g}), drivable pixels flipped {flips:.2%}")
-    for prefix in ("obstacles", "lanes", "lights"):
+    from perception.tasks import CAMERA_TASKS
+
+    for prefix in (task.name for task in CAMERA_TASKS if task.query_outputs):
         if f"{prefix}.logits" in reference:
             share = query_agreement(reference, outputs, prefix)
             print(f"  fp16 vs fp32: {prefix} queries with a matching fp16 query {share:.1%}")

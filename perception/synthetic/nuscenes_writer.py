@@ -30,10 +30,16 @@ from perception.core.geometry import (
 from perception.core.nuscenes_constants import ATTRIBUTES, CATEGORIES, VISIBILITY_LEVELS
 from perception.core.progress import progress
 from perception.data.occlusion import visible_pixels
+from perception.synthetic.annotation_fields import (
+    annotation_attribute,
+    distance_visibility,
+    lidar_points,
+    set_rendered_visibility,
+)
 from perception.synthetic.map_expansion import map_expansion_json
 from perception.synthetic.prediction_scenes import prediction_scenes
 from perception.synthetic.render import RASTER_RESOLUTION, GroundRaster, render_camera
-from perception.synthetic.traffic import Track, simulate_scene
+from perception.synthetic.traffic import simulate_scene
 from perception.synthetic.world import MapWorld, build_world
 
 # name: (yaw of the optical axis in the ego frame [deg], position in the ego frame [m], focal at 1600 px width)
@@ -92,48 +98,6 @@ def camera_calibration(name: str, width: int, height: int) -> tuple[np.ndarray, 
     ego_from_camera[:3, :3] = rz @ EGO_FROM_OPTICAL
     ego_from_camera[:3, 3] = position
     return intrinsics, ego_from_camera
-
-
-def _attribute(track: Track, speed: float) -> str | None:
-    category = track.category
-    if category.startswith("vehicle.motorcycle") or category.startswith("vehicle.bicycle"):
-        return "cycle.without_rider" if track.parked else "cycle.with_rider"
-    if category.startswith("vehicle."):
-        if track.parked:
-            return "vehicle.parked"
-        return "vehicle.moving" if speed > 0.3 else "vehicle.stopped"
-    if category.startswith("human.pedestrian"):
-        return "pedestrian.moving" if speed > 0.2 else "pedestrian.standing"
-    return None
-
-
-def _lidar_points(size_wlh, distance: float) -> int:
-    """A plausible lidar hit count: proportional to visible area, falling with distance squared."""
-    w, l, h = size_wlh
-    area = (w * l + l * h + w * h) / 3.0
-    return int(6000.0 * area / max(distance, 2.0) ** 2)
-
-
-def _visibility(distance: float) -> str:
-    """Fallback visibility token for data written without cameras (motion data): by distance."""
-    return "4" if distance < 20 else "3" if distance < 35 else "2" if distance < 50 else "1"
-
-
-def visibility_token(fraction: float) -> str:
-    """nuScenes visibility level of a visible fraction: 1 = 0-40 %, 2 = 40-60 %, 3 = 60-80 %, 4 = 80-100 %."""
-    return "4" if fraction >= 0.8 else "3" if fraction >= 0.6 else "2" if fraction >= 0.4 else "1"
-
-
-def _set_visibility(annotation: dict, seen: int, in_view: int) -> None:
-    """Visibility from the rendered cameras: the fraction of the object's pixels (over all cameras)
-    that nothing nearer hides. An object in view but wholly hidden gets no lidar points, so the
-    devkit drops it from evaluation as it drops unseen objects of real data; an object outside
-    every camera keeps its distance-based values (the lidar sees all around)."""
-    if in_view == 0:
-        return
-    fraction = seen / in_view
-    annotation["visibility"] = visibility_token(fraction)
-    annotation["num_lidar_pts"] = int(math.ceil(annotation["num_lidar_pts"] * fraction)) if seen > 0 else 0
 
 
 def _scene_job(args) -> dict:
@@ -198,10 +162,10 @@ def _scene_job(args) -> dict:
             if distance <= ANNOTATION_RANGE:
                 annotated_now[i] = dict(
                     k=k, translation=[float(x), float(y), float(z)], size=list(track.size_wlh),
-                    rotation=yaw_to_quaternion(yaw), attribute=_attribute(track, track.speed[k]),
-                    num_lidar_pts=_lidar_points(track.size_wlh, distance), visibility=_visibility(distance))
+                    rotation=yaw_to_quaternion(yaw), attribute=annotation_attribute(track, track.speed[k]),
+                    num_lidar_pts=lidar_points(track.size_wlh, distance), visibility=distance_visibility(distance))
                 ann_by_track.setdefault(i, []).append(annotated_now[i])
-        # Pixels of each object seen / in view, summed over the cameras (see _set_visibility).
+        # Pixels of each object seen / in view, summed over the cameras (see set_rendered_visibility).
         seen, in_view = np.zeros(len(objects), np.int64), np.zeros(len(objects), np.int64)
         for channel in cameras + ["LIDAR_TOP"]:
             sd_token = _token(spec.seed, "sd", scene_index, k, channel)
@@ -236,7 +200,7 @@ def _scene_job(args) -> dict:
         if cameras:
             for j, i in enumerate(object_tracks):
                 if i in annotated_now:
-                    _set_visibility(annotated_now[i], seen[j], in_view[j])
+                    set_rendered_visibility(annotated_now[i], seen[j], in_view[j])
     for channel_records in sd_records_by_channel.values():
         rec["sample_data"].extend(channel_records)
 

@@ -1,0 +1,168 @@
+"""Camera perception configs: model (backbone, neck, one head config per task spec), data, matcher,
+post-processing, and their checks. ``model.heads`` has one field per task of the tuple it is parsed for."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from perception.config.common import (
+    FaultsConfig,
+    OptimizerConfig,
+    SchedulerConfig,
+    _validate_training,
+)
+from perception.core.errors import ConfigError
+from perception.core.nuscenes_constants import CAMERAS
+from perception.tasks import CAMERA_TASKS
+
+
+@dataclass
+class BackboneConfig:
+    name: str = "swin_tiny_patch4_window7_224"
+    pretrained_path: str | None = None  # local timm checkpoint; never downloaded
+    drop_path_rate: float = 0.1
+    # Architecture overrides passed to timm (None keeps the named model's value).
+    embed_dim: int | None = None
+    depths: tuple | None = None
+    num_heads: tuple | None = None
+    window_size: int | None = None
+
+
+@dataclass
+class NeckConfig:
+    channels: int = 96
+
+
+def heads_config_class(tasks: tuple) -> type:
+    """The ``model.heads`` dataclass of a task tuple: one field per task, its head config or None (off).
+
+    ``enabled`` lists the specs of the heads that are on, in the tuple's order."""
+    if tasks not in _HEADS_CLASSES:
+        fields = [(t.name, t.config_class | None, field(default_factory=t.config_class) if t.enabled_by_default
+                   else field(default=None)) for t in tasks]
+        enabled = property(lambda self: tuple(t for t in tasks if getattr(self, t.name) is not None))
+        _HEADS_CLASSES[tasks] = dataclasses.make_dataclass("HeadsConfig", fields,
+                                                           namespace={"tasks": tasks, "enabled": enabled})
+    return _HEADS_CLASSES[tasks]
+
+
+_HEADS_CLASSES: dict[tuple, type] = {}
+HeadsConfig = heads_config_class(CAMERA_TASKS)
+
+
+@dataclass
+class MatcherConfig:
+    cost_class: float = 2.0
+    cost_bbox: float = 5.0
+    cost_giou: float = 2.0
+    cost_points: float = 5.0  # lanes: mean L1 of x over the target's visible rows
+    # Weight of the dense one-to-many losses on every memory token (perception.losses.dense_assign),
+    # added to the set losses of the same names; trains query selection. 0 turns them off.
+    dense_weight: float = 1.0
+    # "all": every token the assigner picks is a class positive; "one": only each object's best token
+    # is (the others still regress but are left out of the class loss), so query selection is not
+    # filled with duplicates of one object.
+    dense_class_positives: str = "all"
+
+
+@dataclass
+class PostprocessConfig:
+    obstacle_max_per_image: int = 100
+    obstacle_score_threshold: float = 0.05
+    lane_score_threshold: float = 0.3  # lane F1 is measured at this one operating point
+    lane_visibility_threshold: float = 0.5
+    light_max_per_image: int = 30
+    light_score_threshold: float = 0.05
+
+
+@dataclass
+class Bdd100kConfig:
+    """A BDD100K-format dataset mixed into training (perception.data.bdd100k has the layout)."""
+
+    data_root: str
+    train_split: str = "train"
+    val_split: str = "val"
+    # Fraction of training items drawn from BDD100K; the rest come from nuScenes.
+    sample_fraction: float = 0.5
+
+
+@dataclass
+class ModelConfig:
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    neck: NeckConfig = field(default_factory=NeckConfig)
+    heads: HeadsConfig = field(default_factory=HeadsConfig)
+
+
+@dataclass
+class AugmentConfig:
+    scale_range: tuple = (0.9, 1.15)
+    flip_prob: float = 0.5
+    photometric: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    """Camera perception (drivable area, obstacles, lanes, traffic lights): the default task."""
+
+    data_root: str
+    version: str
+    train_split: str
+    val_split: str
+    input_size: tuple  # (H, W) of the network input
+    cameras: tuple = CAMERAS
+    cache_root: str | None = None  # default <data_root>/perception_cache
+    drivable_max_range: float = 60.0
+    bdd100k: Bdd100kConfig | None = None  # None: nuScenes only
+    # nuScenes cameras whose map-derived lanes are supervised and scored (markings run away from
+    # them); in the others lanes count as unlabelled (perception.data.camera_dataset).
+    lane_cameras: tuple = ("CAM_FRONT", "CAM_BACK")
+    # Obstacle targets of which a camera sees less than this fraction (occlusion by nearer annotated
+    # boxes, perception.data.occlusion) are dropped from that camera's targets; evaluation is unaffected.
+    min_obstacle_visibility: float = 0.2
+    batch_size: int = 2
+    val_batch_size: int = 4
+    num_workers: int = 4
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss_weights: dict = field(default_factory=lambda: {"drivable_ce": 1.0, "drivable_dice": 1.0})
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)
+    postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    trainer: dict = field(default_factory=dict)  # lightning.Trainer arguments
+    # Score the held-out validation split (tools/test.py's metrics) every N steps and at the end of
+    # training, logged as heldout/* and drawn into <work_dir>/curves.png (0: only val/* is logged).
+    heldout_eval_every_n_steps: int = 0
+    checkpoint_every_n_steps: int = 0  # also write last.ckpt every N steps (0: off)
+    checkpoint_every_n_minutes: float = 10.0  # also write last.ckpt every N minutes of training (0: off)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+    seed: int = 0
+    task: str = "perception"
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Reject values that would only fail (or silently misbehave) later."""
+    _validate_training(cfg)
+    height, width = cfg.input_size
+    if height % 32 or width % 32 or height <= 0 or width <= 0:
+        raise ConfigError(f"input_size {list(cfg.input_size)} must be positive multiples of 32 (Swin patch 4 x "
+                          "three 2x merges); multiples of 224 avoid window padding, e.g. [448, 896]")
+    unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
+    if unknown:
+        raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    if cfg.matcher.dense_class_positives not in ("all", "one"):
+        raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
+                          f"{cfg.matcher.dense_class_positives!r}")
+    if not 0.0 <= cfg.min_obstacle_visibility < 1.0:
+        raise ConfigError(f"min_obstacle_visibility must be in [0, 1), got {cfg.min_obstacle_visibility}")
+    low, high = cfg.augment.scale_range
+    if not 0 < low <= high:
+        raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")
+    for task in cfg.model.heads.enabled:
+        task.validate(getattr(cfg.model.heads, task.name), cfg)
+    if not cfg.model.heads.enabled:
+        raise ConfigError("model.heads enables no head; set at least one of "
+                          f"{[t.name for t in cfg.model.heads.tasks]}")
+    if cfg.bdd100k is not None and not 0 <= cfg.bdd100k.sample_fraction <= 1:
+        raise ConfigError(f"bdd100k.sample_fraction must be in [0, 1], got {cfg.bdd100k.sample_fraction}")

@@ -1,0 +1,82 @@
+"""Config parts every experiment shares (optimizer, schedule, faults) and their checks."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass
+
+from perception.core.errors import ConfigError
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 2e-4
+    weight_decay: float = 0.05
+    backbone_lr_mult: float = 0.1
+    betas: tuple = (0.9, 0.999)
+
+
+@dataclass
+class SchedulerConfig:
+    warmup_steps: int = 500
+    warmup_ratio: float = 0.001  # LR at step 0, relative to the base LR
+    min_lr_ratio: float = 0.01  # LR at the end of the cosine, relative to the base LR
+
+
+@dataclass
+class FaultsConfig:
+    # Training steps whose loss is NaN/inf are skipped (decided jointly by all ranks) up to this
+    # many; one more stops the run with the per-task losses.
+    max_nonfinite_steps: int = 20
+    # Unreadable training images are replaced by the next item and counted, up to this many per rank.
+    max_bad_images: int = 100
+
+
+def _did_you_mean(key: str, allowed) -> str:
+    close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else f" Allowed keys: {sorted(allowed)}."
+
+
+def _validate_duration(trainer: dict) -> None:
+    """trainer.max_steps / max_epochs: whole numbers, -1 (no limit) or >= 1, checked before Lightning sees them."""
+    for key in ("max_steps", "max_epochs"):
+        if key not in trainer or trainer[key] is None:
+            continue
+        value = trainer[key]
+        if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+            raise ConfigError(f"trainer.{key} must be a whole number >= 1 (or -1 for no limit), got {value!r}")
+    if trainer.get("max_steps", -1) == -1 and trainer.get("max_epochs", 1) == -1:
+        raise ConfigError("trainer.max_steps and trainer.max_epochs are both -1: the run would never end; set one")
+
+
+def _validate_training(cfg) -> None:
+    """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
+    if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
+        raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
+    if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
+        raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
+    if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:
+        raise ConfigError(f"faults.max_nonfinite_steps and faults.max_bad_images must be >= 0, got {cfg.faults}")
+    if cfg.checkpoint_every_n_steps < 0 or cfg.checkpoint_every_n_minutes < 0:
+        raise ConfigError(f"checkpoint_every_n_steps and checkpoint_every_n_minutes must be >= 0, got "
+                          f"{cfg.checkpoint_every_n_steps} and {cfg.checkpoint_every_n_minutes}")
+    _validate_duration(cfg.trainer)
+    trainer_args = set(inspect.signature(_trainer_class().__init__).parameters) - {"self"}
+    managed = {"default_root_dir", "callbacks", "logger", "plugins", "use_distributed_sampler"}
+    for key in sorted(managed & set(cfg.trainer)):
+        raise ConfigError(f"trainer.{key} is set by tools/train.py (work dir, checkpoints, loggers, atomic saves, "
+                          "resumable sharded sampling); remove it from the config")
+    for key in cfg.trainer:
+        if key not in trainer_args:
+            raise ConfigError(f"unknown config key trainer.{key} (not a lightning.Trainer argument)."
+                              f"{_did_you_mean(key, trainer_args)}")
+    for key, weight in cfg.loss_weights.items():
+        if not isinstance(weight, (int, float)) or weight < 0:
+            raise ConfigError(f"loss_weights.{key} must be a number >= 0, got {weight!r}")
+
+
+def _trainer_class():
+    import lightning
+
+    return lightning.Trainer
