@@ -1,10 +1,11 @@
 """What a camera task is, in one place: the base every task spec (``perception.tasks.<name>``) fills in.
 
-The rest of the package never names a task: the config, the model and criteria builders, the
-datasets' targets and collation, the Lightning system's validation metric, the evaluation, the
-inference pipeline, the drawing, the export's checks and the sidecar all iterate over one plain
-tuple of specs (``perception.tasks.CAMERA_TASKS``, or the enabled ones: ``cfg.model.heads.enabled``).
-A spec is stateless; everything it builds comes from the arguments.
+The config, the model and criteria builders, the datasets' targets and collation, the Lightning
+system's validation metric, the evaluation, the inference pipeline, the drawing, the export's checks
+and the sidecar iterate over one plain tuple of specs (``perception.tasks.CAMERA_TASKS``, or the
+enabled ones: ``cfg.model.heads.enabled``) and never name a task. What still knows the four shipped
+tasks: the HTML report's per-task sections and each dataset's ``read_labels`` (which labels take the
+transform's geometric slots). A spec is stateless; everything it builds comes from the arguments.
 """
 
 from __future__ import annotations
