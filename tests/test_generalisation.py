@@ -20,10 +20,8 @@ from mmengine.config import Config
 
 from perception.build import build_criteria, build_datamodule, build_model
 from perception.config import parse_config
-from perception.data.camera_dataset import collate_camera_batch
 from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k
 from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
-from perception.tasks import CAMERA_TASKS
 from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
 STEPS = 400
@@ -113,9 +111,9 @@ def _swap_ratios(cfg, model) -> dict[str, float]:
             items = [dataset[i] for i in range(start, min(start + 8, len(dataset)))]
             if len(items) < 2:
                 continue
-            batch = collate_camera_batch(items, CAMERA_TASKS)
-            rolled = collate_camera_batch([{**item, "image": other["image"]}
-                                           for item, other in zip(items, items[1:] + items[:1])])
+            batch = datamodule.collate(items)
+            rolled = datamodule.collate([{**item, "image": other["image"]}
+                                         for item, other in zip(items, items[1:] + items[:1])])
             for target_batch, accumulate in ((batch, "right"), (rolled, "swapped")):
                 outputs = model(target_batch["images"])
                 losses = {}
