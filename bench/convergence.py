@@ -51,6 +51,8 @@ VARIANTS = {
     "no_lane_mask": ("without the auxiliary lane-marking mask on the lane head's finest level",
                      {"loss_weights.lane_mask": 0.0}),
     "lane_mask_0.3": ("the lane-marking mask at weight 0.3 instead of 1.0", {"loss_weights.lane_mask": 0.3}),
+    "iou_aware": ("box heads' class target = the matched box's IoU (varifocal loss, RT-DETR)",
+                  {"matcher.iou_aware_classification": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

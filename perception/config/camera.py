@@ -64,6 +64,9 @@ class MatcherConfig:
     # is (the others still regress but are left out of the class loss), so query selection is not
     # filled with duplicates of one object.
     dense_class_positives: str = "all"
+    # Box heads (obstacles, lights): a matched query's class target is its box IoU with the object (varifocal
+    # loss, RT-DETR) instead of 1, so scores rank queries by localisation too (bench/convergence.py iou_aware).
+    iou_aware_classification: bool = False
 
 
 @dataclass

@@ -157,14 +157,40 @@ class SetCriterion(nn.Module):
         return (loss * weight).sum() / num_positive
 
 
+def paired_box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU [K] of cxcywh box pairs a[k], b[k] (normalised coordinates)."""
+    a, b = box_convert(a, "cxcywh", "xyxy"), box_convert(b, "cxcywh", "xyxy")
+    wh = (torch.minimum(a[:, 2:], b[:, 2:]) - torch.maximum(a[:, :2], b[:, :2])).clamp(min=0)
+    intersection = wh[:, 0] * wh[:, 1]
+    area = lambda boxes: (boxes[:, 2] - boxes[:, 0]).clamp(min=0) * (boxes[:, 3] - boxes[:, 1]).clamp(min=0)
+    return intersection / (area(a) + area(b) - intersection).clamp(min=1e-9)
+
+
 class BoxSetCriterion(SetCriterion):
-    """2D boxes: focal class loss, L1 + GIoU; subclasses add per-query terms (``extra_losses``)."""
+    """2D boxes: focal class loss (or IoU-aware, ``iou_aware``), L1 + GIoU; subclasses add per-query
+    terms (``extra_losses``)."""
 
     loss_prefix = ""
+    VARIFOCAL_ALPHA, VARIFOCAL_GAMMA = 0.75, 2.0  # RT-DETR's values
 
     def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0, dense_class_positives: str = "all"):
+                 dense_weight: float = 1.0, dense_class_positives: str = "all", iou_aware: bool = False):
+        """``iou_aware``: a matched query's class target is the IoU of its box with the object's (varifocal
+        loss, RT-DETR), so the score ranks queries by how well they localise, not only by what they see."""
         super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
+        self.iou_aware = iou_aware
+
+    def varifocal_loss(self, logits: torch.Tensor, batch_index: torch.Tensor, query_index: torch.Tensor,
+                       labels: torch.Tensor, iou: torch.Tensor, num_targets: int) -> torch.Tensor:
+        """BCE towards IoU on the matched (query, class), towards 0 elsewhere; negatives weighted
+        alpha * p^gamma as in focal loss, positives by their IoU."""
+        positive = torch.zeros_like(logits)
+        positive[batch_index, query_index, labels] = 1.0
+        target = torch.zeros_like(logits)
+        target[batch_index, query_index, labels] = iou.detach().clamp(min=0.0).to(logits.dtype)
+        score = logits.sigmoid().detach()
+        weight = self.VARIFOCAL_ALPHA * score.pow(self.VARIFOCAL_GAMMA) * (1 - positive) + target
+        return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="sum") / num_targets
 
     def encode_targets(self, per_image: list[dict], input_size: tuple[int, int], device) -> list[dict]:
         """Dataset targets (xyxy input-image pixels) -> labels and normalised cxcywh boxes."""
@@ -182,9 +208,13 @@ class BoxSetCriterion(SetCriterion):
         matches = self.matcher(pred["logits"], pred["boxes"], targets)
         batch_index, query_index, matched = gather_matched(matches, targets)
         p = self.loss_prefix
-        losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
-                                              num_targets)}
         boxes = pred["boxes"][batch_index, query_index]
+        if self.iou_aware:
+            losses = {f"{p}_cls": self.varifocal_loss(pred["logits"], batch_index, query_index, matched["labels"],
+                                                      paired_box_iou(boxes, matched["boxes"]), num_targets)}
+        else:
+            losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
+                                                  num_targets)}
         losses[f"{p}_l1"] = F.l1_loss(boxes, matched["boxes"], reduction="sum") / num_targets
         losses[f"{p}_giou"] = generalized_box_iou_loss(
             box_convert(boxes, "cxcywh", "xyxy"), box_convert(matched["boxes"], "cxcywh", "xyxy"),

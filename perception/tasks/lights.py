@@ -54,7 +54,8 @@ class LightTask(Task):
 
         m = cfg.matcher
         return LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), dense_weight=m.dense_weight,
-                              dense_class_positives=m.dense_class_positives)
+                              dense_class_positives=m.dense_class_positives,
+                              iou_aware=m.iou_aware_classification)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}

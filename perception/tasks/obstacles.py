@@ -99,7 +99,8 @@ class ObstacleTask(Task):
 
         m = cfg.matcher
         return ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), dense_weight=m.dense_weight,
-                                 dense_class_positives=m.dense_class_positives)
+                                 dense_class_positives=m.dense_class_positives,
+                              iou_aware=m.iou_aware_classification)
 
     def empty_targets(self) -> dict:
         return empty_obstacles()
