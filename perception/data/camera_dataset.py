@@ -41,9 +41,11 @@ def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
 class CameraDataset(Dataset):
     """Items: dict(image [3,H,W], targets (per task, each with a ``valid`` "has labels" flag), meta).
 
-    Subclasses say where an item's image and labels are (``read_labels``) and turn the
-    transformed labels into targets (``make_item``); reading, half-size decoding, augmentation
-    and skipping unreadable training images are shared.
+    Subclasses say where an item's image and labels are (``read_labels``: which labels take the
+    transform's mask, box, keypoint and polyline slots) and what evaluation needs of it
+    (``make_meta``); each task spec of ``tasks`` turns the transformed labels into its targets
+    (``make_item``). Reading, half-size decoding, augmentation and skipping unreadable training
+    images are shared.
     """
 
     # Consecutive unreadable images tolerated while looking for a replacement item.
