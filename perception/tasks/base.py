@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from perception.core.errors import ConfigError
+from perception.losses.matcher import HungarianMatcher
 
 
 @dataclass
@@ -102,6 +103,14 @@ class Task:
     def score(self, results: list[dict], context: ScoringContext) -> dict[str, float]:
         """Split metrics ``<task>/<metric>`` from every image's result."""
         return {}
+
+
+def box_set_criterion(criterion_class: type, matcher) -> nn.Module:
+    """A box head's set criterion (``criterion_class``: ObstacleCriterion, LightCriterion) from the config's
+    ``matcher``: Hungarian costs, the dense token loss and IoU-aware class targets."""
+    return criterion_class(HungarianMatcher(matcher.cost_class, matcher.cost_bbox, matcher.cost_giou),
+                           dense_weight=matcher.dense_weight, dense_class_positives=matcher.dense_class_positives,
+                           iou_aware=matcher.iou_aware_classification)
 
 
 def validate_query_head(name: str, head) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from perception.core.errors import ConfigError
 from perception.core.lane_coding import LANE_CLASSES
-from perception.losses.lane_loss import LOSS_NAMES
+from perception.losses.lane_loss import LaneCriterion, LaneMatcher
 from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
 from perception.metrics.lanes import LaneF1, match_lanes
 from perception.postprocess.lanes import decode_lanes
@@ -34,7 +34,7 @@ class LaneTask(Task):
     name = "lanes"
     config_class = LaneHeadConfig
     labelled_datasets = ("nuscenes", "bdd100k")
-    loss_names = LOSS_NAMES
+    loss_names = LaneCriterion.loss_names
     output_meanings = {
         "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
         "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
@@ -57,8 +57,6 @@ class LaneTask(Task):
         return LaneHead(in_channels, num_points=head.num_points, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
-        from perception.losses.lane_loss import LaneCriterion, LaneMatcher
-
         m = cfg.matcher
         return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
                              dense_class_positives=m.dense_class_positives)

@@ -12,9 +12,10 @@ import torch
 
 from perception.core.errors import ConfigError
 from perception.core.light_states import LIGHT_STATES
+from perception.losses.box_set_loss import LightCriterion
 from perception.metrics.box_ap import coco_ap50
 from perception.postprocess.lights import decode_lights
-from perception.tasks.base import ScoringContext, Task, validate_query_head
+from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
 from perception.tasks.decoder_config import QueryDecoderConfig
 
 
@@ -27,7 +28,7 @@ class LightTask(Task):
     name = "lights"
     config_class = LightHeadConfig
     labelled_datasets = ("bdd100k",)
-    loss_names = ("light_cls", "light_l1", "light_giou")
+    loss_names = LightCriterion.loss_names
     output_meanings = {
         "lights.logits": "[B,Q,4] traffic-light state logits, sigmoid per state (order: light states)",
         "lights.boxes": "[B,Q,4] 2D box (cx, cy, w, h) normalised to [0, 1] of the network input",
@@ -49,13 +50,7 @@ class LightTask(Task):
         return LightHead(in_channels, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
-        from perception.losses.box_set_loss import LightCriterion
-        from perception.losses.matcher import HungarianMatcher
-
-        m = cfg.matcher
-        return LightCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), dense_weight=m.dense_weight,
-                              dense_class_positives=m.dense_class_positives,
-                              iou_aware=m.iou_aware_classification)
+        return box_set_criterion(LightCriterion, cfg.matcher)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}

@@ -16,9 +16,9 @@ import torch
 
 from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF, attribute_index
-from perception.losses.obstacle_loss import LOSS_NAMES
+from perception.losses.obstacle_loss import ObstacleCriterion
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
-from perception.tasks.base import ScoringContext, Task, validate_query_head
+from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
 from perception.tasks.decoder_config import QueryDecoderConfig
 
 
@@ -69,7 +69,7 @@ class ObstacleTask(Task):
     name = "obstacles"
     config_class = ObstacleHeadConfig
     labelled_datasets = ("nuscenes",)
-    loss_names = LOSS_NAMES
+    loss_names = ObstacleCriterion.loss_names
     output_meanings = {
         "obstacles.logits": "[B,Q,C] class logits, sigmoid per class (no background class); C = obstacle classes",
         "obstacles.boxes": "[B,Q,4] 2D box (cx, cy, w, h) normalised to [0, 1] of the network input",
@@ -94,13 +94,7 @@ class ObstacleTask(Task):
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):
-        from perception.losses.matcher import HungarianMatcher
-        from perception.losses.obstacle_loss import ObstacleCriterion
-
-        m = cfg.matcher
-        return ObstacleCriterion(HungarianMatcher(m.cost_class, m.cost_bbox, m.cost_giou), dense_weight=m.dense_weight,
-                                 dense_class_positives=m.dense_class_positives,
-                              iou_aware=m.iou_aware_classification)
+        return box_set_criterion(ObstacleCriterion, cfg.matcher)
 
     def empty_targets(self) -> dict:
         return empty_obstacles()
