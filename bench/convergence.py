@@ -53,6 +53,8 @@ VARIANTS = {
     "lane_mask_0.3": ("the lane-marking mask at weight 0.3 instead of 1.0", {"loss_weights.lane_mask": 0.3}),
     "iou_aware": ("box heads' class target = the matched box's IoU (varifocal loss, RT-DETR)",
                   {"matcher.iou_aware_classification": True}),
+    "batch4_1800": ("half the batch (4), twice the steps (1800): the same images seen, twice the updates",
+                    {"batch_size": 4, "trainer.max_steps": 1800, "heldout_eval_every_n_steps": 600}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
