@@ -55,6 +55,9 @@ VARIANTS = {
                   {"matcher.iou_aware_classification": True}),
     "batch4_1800": ("half the batch (4), twice the steps (1800): the same images seen, twice the updates",
                     {"batch_size": 4, "trainer.max_steps": 1800, "heldout_eval_every_n_steps": 600}),
+    "velocity_0.05": ("the obstacle velocity loss at weight 0.05 (FCOS3D's code weight): one image cannot show "
+                      "speed, and the irreducible L1 term was the largest obstacle loss, shared by the 3D MLP",
+                      {"loss_weights.obstacle_velocity": 0.05}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

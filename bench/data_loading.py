@@ -7,11 +7,15 @@ Writes a few 1600x900 synthetic nuScenes camera images (real JPEGs), builds the 
 then times, in this one process (= one loader worker):
   - baseline: cv2 decode + resize to 800 wide + flip + colour jitter (the usual minimal pipeline)
   - ours, full decode: our training item (decode, scale jitter, crop to 448x800, flip with 3D
-    targets, photometric augmentation, label mask, obstacle targets, normalisation)
+    targets, photometric augmentation, label mask, every task's targets; a uint8 image: the
+    normalisation runs per batch on the device, ``to_model_input``)
   - ours, half-size decode: the same with JPEG decoding at half resolution whenever the sampled
     scale is <= 0.6 (the training default; at most a 1.2x upsample of the half-size image)
-and the training step of the demo network at 448x800 on this machine, for the ratio. Pass a
-device's measured step time (--step-ms, --step-batch) to size the loader for it instead.
+the photometric step alone on a 448x800 image (albumentations' ColorJitter + GaussNoise +
+GaussianBlur, as the loader used before, against perception.data.photometric, same probabilities),
+the per-batch normalisation on this CPU, and the training step of the demo network at 448x800 on
+this machine, for the ratio. Pass a device's measured step time (--step-ms, --step-batch) to size
+the loader for it instead.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def rate(fn, items: int) -> float:
 
 
 def main() -> int:
-    from perception.data.camera_dataset import NuScenesCameraDataset
+    from perception.data.camera_dataset import NuScenesCameraDataset, collate_camera_batch
     from perception.data.datamodule import ensure_label_cache
     from perception.data.label_cache import default_cache_root
     from perception.data.transforms import CameraTransform
@@ -83,11 +87,18 @@ def main() -> int:
         rates = {"baseline (decode + resize + flip + jitter)": rate(baseline, args.items)}
         for name, dataset in datasets.items():
             rates[f"ours, {name}"] = rate(lambda i, d=dataset: d[(0, i % len(d))], args.items)
+        # What a worker really does: items and the collate (stacking the uint8 batch), per image.
+        half = datasets["half-size decode"]
+        batch = 8
+        rates["ours, half-size decode + collate"] = batch * rate(
+            lambda i: collate_camera_batch([half[(0, (i * batch + j) % len(half))] for j in range(batch)],
+                                           CAMERA_TASKS), max(args.items // batch, 1))
         base = rates["baseline (decode + resize + flip + jitter)"]
         for name, value in rates.items():
             print(f"  {name:<45} {value:7.1f} images/s per worker  ({value / base:.2f}x baseline)")
+        print_photometric_costs(datasets["half-size decode"][(0, 0)]["image"].permute(1, 2, 0).numpy(), args.items)
 
-        loader_rate = rates["ours, half-size decode"]
+        loader_rate = rates["ours, half-size decode + collate"]
         if args.step_ms:
             step_ms, batch, where = args.step_ms, args.step_batch, "the given device step"
         else:
@@ -97,6 +108,24 @@ def main() -> int:
               f"one worker supplies {loader_rate / model_rate:.2f}x that, so {max(model_rate / loader_rate, 0):.2f} "
               "worker cores keep it fed")
     return 0
+
+
+def print_photometric_costs(image: np.ndarray, items: int) -> None:
+    """ms per image of the photometric step (albumentations as before vs ours) and of normalising a batch."""
+    from perception.data.camera_dataset import to_model_input
+    from perception.data.photometric import Photometric
+
+    before = A.Compose([A.ColorJitter(brightness=0.25, contrast=0.25, saturation=0.25, hue=0.03, p=0.8),
+                        A.GaussNoise(std_range=(0.01, 0.04), p=0.2), A.GaussianBlur(blur_limit=(3, 5), p=0.1)],
+                       seed=0)
+    ours, rng = Photometric(), np.random.default_rng(0)
+    ours.add_noise(image, 1.0, rng)  # its noise bank is made on first use
+    costs = {"albumentations (before)": 1e3 / rate(lambda i: before(image=image)["image"], items),
+             "ours (one colour matrix)": 1e3 / rate(lambda i: ours(image, rng, bgr=True), items)}
+    batch = torch.from_numpy(np.stack([image] * 8)).permute(0, 3, 1, 2)
+    costs["to_model_input, per image of a batch of 8"] = 1e3 / rate(lambda i: to_model_input(batch), items) / 8
+    print(f"photometric step at {image.shape[1]}x{image.shape[0]}: " +
+          ", ".join(f"{name} {ms:.2f} ms" for name, ms in costs.items()))
 
 
 def measure_demo_step() -> float:

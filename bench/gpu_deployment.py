@@ -163,10 +163,12 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}")
+    from perception.data.camera_dataset import to_model_input
+
     batch = torch.load(args.batch_file, weights_only=False)
-    images = torch.cat([batch["images"]] * 6)[:6]
+    images = torch.cat([to_model_input(batch["images"])] * 6)[:6]
     if args.demo_weights:
-        inference(TRAIN_CONFIG, batch["images"], args.runs, weights=args.demo_weights)
+        inference(TRAIN_CONFIG, to_model_input(batch["images"]), args.runs, weights=args.demo_weights)
     for config in CONFIGS:
         inference(config, images, args.runs)
     training_step(batch, steps=20)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from perception.models.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from perception.models.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    fused_attention,
+    scaled_dot_product_attention,
+)
 from perception.models.transformer import DecoderLayer
 
 
@@ -40,3 +45,25 @@ def test_decoder_layer_is_permutation_equivariant_over_queries():
     queries, memory = torch.randn(1, 6, 32), torch.randn(1, 20, 32)
     permutation = torch.randperm(6)
     assert torch.allclose(layer(queries, memory)[:, permutation], layer(queries[:, permutation], memory), atol=1e-5)
+
+
+def test_fused_path_equals_the_exported_formula():
+    """Training uses PyTorch's fused kernel, the export the explicit formula: same outputs and gradients,
+    without a mask and with an additive one; bool masks keep the explicit formula (fully masked rows)."""
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(2, 4, n, 8, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
+    for mask in (None, torch.randn(2, 1, 5, 7, dtype=torch.float64)):
+        explicit, _ = scaled_dot_product_attention(query, key, value, mask)
+        fused = fused_attention(query, key, value, mask)
+        torch.testing.assert_close(fused, explicit)
+        grads = torch.autograd.grad(explicit.sum(), (query, key, value))
+        fused_grads = torch.autograd.grad(fused.sum(), (query, key, value))
+        for a, b in zip(grads, fused_grads):
+            torch.testing.assert_close(a, b)
+    attention = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        fused_out = attention(x, x, x)
+        q, k, v = (attention._split(proj(x)) for proj in (attention.q_proj, attention.k_proj, attention.v_proj))
+        explicit_out = attention.out_proj(scaled_dot_product_attention(q, k, v)[0].transpose(1, 2).reshape(1, 5, 16))
+    torch.testing.assert_close(fused_out, explicit_out)

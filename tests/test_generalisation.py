@@ -20,6 +20,7 @@ from mmengine.config import Config
 
 from perception.build import build_criteria, build_datamodule, build_model
 from perception.config import parse_config
+from perception.data.camera_dataset import to_model_input
 from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k
 from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
 from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
@@ -115,7 +116,7 @@ def _swap_ratios(cfg, model) -> dict[str, float]:
             rolled = datamodule.collate([{**item, "image": other["image"]}
                                          for item, other in zip(items, items[1:] + items[:1])])
             for target_batch, accumulate in ((batch, "right"), (rolled, "swapped")):
-                outputs = model(target_batch["images"])
+                outputs = model(to_model_input(target_batch["images"]))
                 losses = {}
                 for criterion in criteria.values():
                     if loss_name in criterion.loss_names:

@@ -11,7 +11,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from perception.build import build_datamodule
 from perception.config import parse_config
-from perception.data.camera_dataset import collate_camera_batch
+from perception.data.camera_dataset import collate_camera_batch, to_model_input
 from perception.tasks import CAMERA_TASKS
 from perception.training.assembly import build_system
 
@@ -34,5 +34,5 @@ def test_four_task_training_step_in_bf16_and_fp16_inference_on_cuda(small_datase
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in system.parameters())
     model = system.model.eval().half()
     with torch.no_grad():
-        outputs = model(batch["images"].half())
+        outputs = model(to_model_input(batch["images"]).half())
     assert all(v.dtype == torch.float16 and torch.isfinite(v).all() for v in outputs.values())

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from perception.config import parse_config
-from perception.data.camera_dataset import collate_camera_batch
+from perception.data.camera_dataset import collate_camera_batch, to_model_input
 from perception.data.datamodule import NuScenesDataModule
 from perception.metrics.segmentation import BinaryIoU
 from perception.tasks import CAMERA_TASKS
@@ -50,7 +50,7 @@ def _iou(system, dataset) -> float:
     system.eval()
     metric = BinaryIoU()
     batch = COLLATE([dataset[i] for i in range(len(dataset))])
-    logits = system(batch["images"])["drivable.logits"]
+    logits = system(to_model_input(batch["images"]))["drivable.logits"]
     logits = torch.nn.functional.interpolate(logits, size=batch["targets"]["drivable"]["mask"].shape[-2:],
                                              mode="bilinear")
     metric.update(logits.argmax(1) == 1, batch["targets"]["drivable"]["mask"])

@@ -15,7 +15,7 @@ import torch
 
 from perception.build import build_criteria, build_model
 from perception.config import parse_config
-from perception.data.camera_dataset import collate_camera_batch
+from perception.data.camera_dataset import collate_camera_batch, to_model_input
 from perception.data.mixing import MixedDataset
 from perception.data.sampling import item_index
 from perception.tasks import CAMERA_TASKS
@@ -73,7 +73,7 @@ def test_an_image_without_labels_contributes_zero_gradient(mixed_batch, task):
     targets = copy.deepcopy(batch["targets"])
     targets[task]["valid"] = torch.tensor([True, False, True, False]) if task == "lanes" else targets[task]["valid"]
     unlabelled = [i for i, v in enumerate(targets[task]["valid"].tolist()) if not v]
-    images = batch["images"].clone().requires_grad_(True)
+    images = to_model_input(batch["images"]).requires_grad_(True)
     loss, _ = _task_loss(model, criteria, images, targets, task)
     assert loss.item() > 0
     loss.backward()
@@ -89,7 +89,7 @@ def test_an_image_without_labels_contributes_zero_gradient(mixed_batch, task):
     for i in unlabelled:
         scrambled[task]["per_image"][i] = scrambled[task]["per_image"][labelled]
     with torch.no_grad():
-        again, _ = _task_loss(model, criteria, batch["images"], scrambled, task)
+        again, _ = _task_loss(model, criteria, to_model_input(batch["images"]), scrambled, task)
     assert again.item() == pytest.approx(loss.item(), rel=1e-5)
 
 
@@ -108,7 +108,7 @@ def test_an_image_labelled_empty_pushes_scores_down(mixed_batch, task):
                 empty[key] = empty[key][:0]
     targets[task]["per_image"] = [empty] * 4
     targets[task]["valid"] = torch.tensor([True, False, False, False])
-    loss, outputs = _task_loss(model, criteria, batch["images"], targets, task)
+    loss, outputs = _task_loss(model, criteria, to_model_input(batch["images"]), targets, task)
     assert loss.item() > 0, "an image labelled with no objects must still produce a loss"
     logits = outputs[f"{task}.logits"]
     grad, = torch.autograd.grad(loss, logits)

@@ -12,6 +12,7 @@ import torch
 from mmengine.config import Config
 
 from perception.config import ConfigError, parse_config
+from perception.data.camera_dataset import to_model_input
 from perception.evaluation.evaluate import evaluate
 from perception.export.camera_onnx import export_camera_model
 from perception.inference.annotate import annotate
@@ -61,7 +62,7 @@ def test_a_task_from_one_file_trains_validates_evaluates_draws_and_exports(small
     for index in range(len(dataset)):
         item = dataset[index]
         with torch.no_grad():
-            share = float(predictor(item["image"][None])["road_share.logit"][0].sigmoid())
+            share = float(predictor(to_model_input(item["image"][None]))["road_share.logit"][0].sigmoid())
         errors.append(abs(share - drivable_share(dataset.read_drivable_truth(item["meta"]))))
     assert metrics["road_share/MAE"] == pytest.approx(float(np.mean(errors)), abs=1e-5)
 

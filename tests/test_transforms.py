@@ -100,7 +100,7 @@ def test_half_resolution_decoding_gives_the_same_sample(small_dataset, tmp_path)
         assert torch.equal(ta["labels"], tb["labels"])
         np.testing.assert_allclose(ta["center_uv"], tb["center_uv"], atol=1e-4)
         np.testing.assert_allclose(ta["boxes_xyxy"], tb["boxes_xyxy"], atol=1.0)
-        # Normalised images: ImageNet std ~0.225, so 0.1 here is ~6 grey levels on average.
-        assert (a["image"] - b["image"]).abs().mean() < 0.1
+        # uint8 images: at most ~6 grey levels apart on average.
+        assert (a["image"].float() - b["image"].float()).abs().mean() < 6.0
         same = (a["targets"]["drivable"]["mask"] == b["targets"]["drivable"]["mask"]).float().mean()
         assert same > 0.97

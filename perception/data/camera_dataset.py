@@ -18,28 +18,37 @@ from perception.data.sampling import item_index, item_rng
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform, GeometryParams
 
 
-def read_image_rgb(path: str, half: bool = False) -> np.ndarray:
-    """uint8 [H,W,3] RGB; raises ImageReadError naming the file when it is missing or corrupt.
-
-    ``half``: decode at half resolution in the JPEG decoder's DCT domain (about 3x faster for
-    1600x900); pixel j of the result covers original pixels [2j, 2j+2), i.e. x_half = x / 2.
-    """
-    image = read_image_file(path, cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR, "camera image")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+def read_image_rgb(path: str) -> np.ndarray:
+    """uint8 [H,W,3] RGB; raises ImageReadError naming the file when it is missing or corrupt."""
+    return cv2.cvtColor(read_image_file(path, cv2.IMREAD_COLOR, "camera image"), cv2.COLOR_BGR2RGB)
 
 
 _MEAN_255 = torch.tensor(IMAGENET_MEAN_RGB).view(3, 1, 1) * 255.0
 _INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD_RGB).view(3, 1, 1) * 255.0)
 
 
+def to_model_input(images: torch.Tensor) -> torch.Tensor:
+    """uint8 RGB images [..., 3, H, W] -> float32 [..., 3, H, W], ImageNet mean/std, on the images' device.
+
+    Items and batches carry uint8 images: a quarter of the bytes through the loader's queue, and the
+    normalisation runs once per batch where the model runs (on a GPU: free) instead of per item in
+    the loader worker (bench/data_loading.py)."""
+    if images.dtype != torch.uint8:
+        raise TypeError(f"expected uint8 images (dataset items and batches), got {images.dtype}")
+    mean, inv_std = _MEAN_255.to(images.device), _INV_STD_255.to(images.device)
+    # Batches arrive in channels-last memory (see collate_camera_batch); arithmetic on that layout is
+    # several times slower on the CPU, so make the bytes contiguous first.
+    return images.contiguous().float().sub_(mean).mul_(inv_std)
+
+
 def normalize_image(image_rgb: np.ndarray) -> torch.Tensor:
-    """uint8 [H,W,3] RGB -> float32 [3,H,W], ImageNet mean/std (one conversion, two in-place ops)."""
-    tensor = torch.from_numpy(np.ascontiguousarray(image_rgb)).permute(2, 0, 1).contiguous().float()
-    return tensor.sub_(_MEAN_255).mul_(_INV_STD_255)
+    """uint8 [H,W,3] RGB -> float32 [3,H,W], ImageNet mean/std."""
+    return to_model_input(torch.from_numpy(np.ascontiguousarray(image_rgb)).permute(2, 0, 1))
 
 
 class CameraDataset(Dataset):
-    """Items: dict(image [3,H,W], targets (per task, each with a ``valid`` "has labels" flag), meta).
+    """Items: dict(image uint8 [3,H,W] RGB (``to_model_input`` normalises), targets (per task, each with a
+    ``valid`` "has labels" flag), meta).
 
     Subclasses say where an item's image and labels are (``read_labels``: which labels take the
     transform's mask, box, keypoint and polyline slots) and what evaluation needs of it
@@ -107,7 +116,8 @@ class CameraDataset(Dataset):
         for task in self.tasks:
             found = task.item_targets(self, info, out)
             targets[task.name] = task.empty_targets() if found is None else found
-        return {"image": normalize_image(out["image"]), "targets": targets,
+        image = torch.from_numpy(out["image"]).permute(2, 0, 1)  # uint8 [3,H,W], a view of the HWC pixels
+        return {"image": image, "targets": targets,
                 "meta": self.make_meta(info, out, image_path)}
 
     def _item(self, key) -> dict:
@@ -119,7 +129,9 @@ class CameraDataset(Dataset):
         width, height = info["image_size"]
         params = self.transform.sample_params(width, height)
         half = self.reduced_decoding and params.scale <= self.half_decode_max_scale
-        image = read_image_rgb(image_path, half=half)
+        # Half resolution is decoded in the JPEG decoder's DCT domain (about 3x faster for 1600x900): pixel j
+        # covers original pixels [2j, 2j+2). BGR: the transform's colour step swaps to RGB.
+        image = read_image_file(image_path, cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR, "camera image")
         expected = ((height + 1) // 2, (width + 1) // 2) if half else (height, width)
         if image.shape[:2] != expected:
             raise ImageReadError(f"camera image {image_path} is {image.shape[1]}x{image.shape[0]} but its "
@@ -133,7 +145,7 @@ class CameraDataset(Dataset):
             boxes, keypoints = boxes * 0.5, keypoints * 0.5
             intrinsics = np.diag([0.5, 0.5, 1.0]) @ intrinsics
             params = GeometryParams(params.scale * 2.0, params.crop_x, params.crop_y, params.flip)
-        out = self.transform(image, mask, boxes, keypoints, intrinsics, params=params)
+        out = self.transform(image, mask, boxes, keypoints, intrinsics, params=params, bgr=True)
         if half:  # meta keeps the map from *original* pixels to the input
             out["affine"] = out["affine"] @ np.diag([0.5, 0.5, 1.0])
         # Lane polylines follow the same affine (a flip mirrors them); the criterion clips to the image.
@@ -214,11 +226,15 @@ class NuScenesCameraDataset(CameraDataset):
 
 
 def collate_camera_batch(items: list[dict], tasks: tuple) -> dict:
-    """Stack images [B,3,H,W]; each task of ``tasks`` collates its targets (``Task.collate``: dense ones
+    """Stack images (uint8 [B,3,H,W]); each task of ``tasks`` collates its targets (``Task.collate``: dense ones
     stacked, sparse ones a list per image) and carries ``valid`` [B] (bool): which images have its labels."""
     input_size = tuple(items[0]["image"].shape[-2:])  # (H, W)
+    # Items' images are [3,H,W] views of HWC pixels: stacking them as HWC is a plain copy (a CHW stack
+    # transposes every byte), and the batch is [B,3,H,W] in channels-last memory; to_model_input makes
+    # it contiguous where the model runs.
+    images = torch.stack([item["image"].permute(1, 2, 0) for item in items]).permute(0, 3, 1, 2)
     return {
-        "images": torch.stack([item["image"] for item in items]),
+        "images": images,
         "targets": {task.name: task.collate([item["targets"][task.name] for item in items], input_size)
                     for task in tasks},
         "meta": [item["meta"] for item in items],

@@ -6,7 +6,7 @@ image = ignore); boxes, keypoints and intrinsics follow the same map analyticall
 point projected with the new intrinsics lands on the pixel where its image content moved
 (tested on rendered images). One warp replaces albumentations' resize + pad + crop + flip
 (and building that pipeline per item): the training item got about 2x faster (bench/data_loading.py).
-Photometric augmentation is albumentations, seeded per item.
+Photometric augmentation (perception.data.photometric) draws from the same per-item generator.
 
 A horizontal flip mirrors the world seen by the camera: the intrinsics keep fx > 0 and the
 3D targets are mirrored in the camera frame (x -> -x, yaw -> -yaw, v_x -> -v_x).
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import albumentations as A
 import cv2
 import numpy as np
 
 from perception.data.drivable_projection import IGNORE_INDEX
+from perception.data.photometric import Photometric
 
 IMAGENET_MEAN_RGB = (0.485, 0.456, 0.406)
 IMAGENET_STD_RGB = (0.229, 0.224, 0.225)
@@ -54,19 +54,11 @@ class CameraTransform:
         self.scale_range = scale_range
         self.flip_prob = flip_prob
         self.rng = np.random.default_rng(seed)
-        self.photometric = None
-        if train and photometric:
-            self.photometric = A.Compose([
-                A.ColorJitter(brightness=0.25, contrast=0.25, saturation=0.25, hue=0.03, p=0.8),
-                A.GaussNoise(std_range=(0.01, 0.04), p=0.2),
-                A.GaussianBlur(blur_limit=(3, 5), p=0.1),
-            ])
+        self.photometric = Photometric() if train and photometric else None
 
     def reseed(self, rng: np.random.Generator) -> None:
         """Make the next item's augmentation a function of ``rng`` (see perception.data.sampling)."""
         self.rng = rng
-        if self.photometric is not None:
-            self.photometric.set_random_seed(int(rng.integers(2**31)))
 
     def sample_params(self, width: int, height: int) -> GeometryParams:
         base = self.input_width / width
@@ -83,10 +75,11 @@ class CameraTransform:
         return GeometryParams(scale, crop_x, crop_y, bool(self.rng.random() < self.flip_prob))
 
     def __call__(self, image: np.ndarray, mask: np.ndarray | None, boxes_xyxy: np.ndarray, keypoints_uv: np.ndarray,
-                 intrinsics: np.ndarray, params: GeometryParams | None = None) -> dict:
-        """image [H,W,3] uint8 RGB, mask [H,W] uint8 or None, boxes [N,4] xyxy px, keypoints [N,2] px.
+                 intrinsics: np.ndarray, params: GeometryParams | None = None, bgr: bool = False) -> dict:
+        """image [H,W,3] uint8 RGB (BGR with ``bgr``: the output is RGB either way), mask [H,W] uint8 or None,
+        boxes [N,4] xyxy px, keypoints [N,2] px.
 
-        Returns image [h,w,3], mask [h,w], boxes [M,4], box_indices [M] (which input boxes
+        Returns image [h,w,3] uint8 RGB, mask [h,w], boxes [M,4], box_indices [M] (which input boxes
         survived), keypoints [N,2], intrinsics [3,3], params, affine [3,3] (orig px -> input px).
         """
         height, width = image.shape[:2]
@@ -103,7 +96,9 @@ class CameraTransform:
             warped_mask = cv2.warpAffine(mask, warp, size, flags=cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT,
                                          borderValue=IGNORE_INDEX)
         if self.photometric is not None:
-            warped_image = self.photometric(image=warped_image)["image"]
+            warped_image = self.photometric(warped_image, self.rng, bgr=bgr)
+        elif bgr:
+            warped_image = cv2.cvtColor(warped_image, cv2.COLOR_BGR2RGB)
         boxes, box_indices = _transform_boxes(np.asarray(boxes_xyxy, np.float64).reshape(-1, 4), affine, size)
 
         # Intrinsics and keypoints follow the same affine (continuous pixel coordinates, pixel i

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from perception.build import build_datamodule
 from perception.config import ExperimentConfig
 from perception.core.progress import progress
+from perception.data.camera_dataset import to_model_input
 from perception.data.sampling import ResumableSampler
 from perception.inference.predictors import TorchPredictor
 from perception.tasks import ScoringContext
@@ -62,7 +63,7 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
                             collate_fn=datamodule.collate)
         for batch in progress(loader, f"evaluating {dataset.name}", unit="batch"):
             start = time.perf_counter()
-            outputs = predictor(batch["images"])
+            outputs = predictor(to_model_input(batch["images"]))
             timings["model_s"] += time.perf_counter() - start
             start = time.perf_counter()
             for i, meta in enumerate(batch["meta"]):

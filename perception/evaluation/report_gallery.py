@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 
 from perception import drawing
-from perception.data.camera_dataset import read_image_rgb
+from perception.data.camera_dataset import read_image_rgb, to_model_input
 from perception.postprocess.drivable import drivable_probability, to_original_image
 from perception.postprocess.lanes import ImageLanes, decode_lanes
 from perception.postprocess.lights import decode_lights
@@ -56,7 +56,7 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
 
     item = dataset[index]
     meta, info = item["meta"], dataset.infos[index]
-    outputs = predictor(item["image"][None])
+    outputs = predictor(to_model_input(item["image"][None]))
     outputs = {k: v.detach().cpu() for k, v in outputs.items()}
     input_size, post = tuple(cfg.input_size), cfg.postprocess
     image = read_image_rgb(meta["image_path"])

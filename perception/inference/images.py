@@ -7,7 +7,7 @@ import os
 import numpy as np
 import torch
 
-from perception.data.camera_dataset import ImageReadError, read_image_rgb
+from perception.data.camera_dataset import ImageReadError, read_image_rgb, to_model_input
 from perception.inference.preprocess import prepare_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
@@ -41,4 +41,4 @@ def validation_inputs(cfg, count: int) -> torch.Tensor | None:
     if len(dataset) == 0:
         return None
     indices = np.linspace(0, len(dataset) - 1, num=min(count, len(dataset))).round().astype(int)
-    return torch.stack([dataset[int(i)]["image"] for i in indices])
+    return to_model_input(torch.stack([dataset[int(i)]["image"] for i in indices]))

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
+from perception.data.camera_dataset import to_model_input
 from perception.training.base_system import BaseSystem
 
 
@@ -36,7 +37,7 @@ class PerceptionSystem(BaseSystem):
         return batch["images"].shape[0]
 
     def _losses_and_outputs(self, batch: dict):
-        outputs = self.model(batch["images"])
+        outputs = self.model(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
         losses: dict[str, torch.Tensor] = {}
         for criterion in self.criteria.values():
             losses.update(criterion(outputs, batch["targets"]))
