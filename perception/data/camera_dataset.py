@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from perception.data.image_io import ImageReadError, read_image_file  # noqa: F401  (ImageReadError: re-exported)
+from perception.data.image_io import ImageReadError, read_camera_image  # noqa: F401  (ImageReadError: re-exported)
 from perception.data.mask_codec import read_mask
 from perception.data.sampling import item_index, item_rng
 from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, CameraTransform, GeometryParams
@@ -20,7 +20,7 @@ from perception.data.transforms import IMAGENET_MEAN_RGB, IMAGENET_STD_RGB, Came
 
 def read_image_rgb(path: str) -> np.ndarray:
     """uint8 [H,W,3] RGB; raises ImageReadError naming the file when it is missing or corrupt."""
-    return cv2.cvtColor(read_image_file(path, cv2.IMREAD_COLOR, "camera image"), cv2.COLOR_BGR2RGB)
+    return cv2.cvtColor(read_camera_image(path), cv2.COLOR_BGR2RGB)
 
 
 _MEAN_255 = torch.tensor(IMAGENET_MEAN_RGB).view(3, 1, 1) * 255.0
@@ -129,9 +129,8 @@ class CameraDataset(Dataset):
         width, height = info["image_size"]
         params = self.transform.sample_params(width, height)
         half = self.reduced_decoding and params.scale <= self.half_decode_max_scale
-        # Half resolution is decoded in the JPEG decoder's DCT domain (about 3x faster for 1600x900): pixel j
-        # covers original pixels [2j, 2j+2). BGR: the transform's colour step swaps to RGB.
-        image = read_image_file(image_path, cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR, "camera image")
+        # BGR: the transform's colour step swaps to RGB.
+        image = read_camera_image(image_path, half=half)
         expected = ((height + 1) // 2, (width + 1) // 2) if half else (height, width)
         if image.shape[:2] != expected:
             raise ImageReadError(f"camera image {image_path} is {image.shape[1]}x{image.shape[0]} but its "

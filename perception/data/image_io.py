@@ -9,6 +9,10 @@ So every file is checked for its format's end marker before it is decoded:
   the last scan is the real end of the image (bytes after it, which some cameras append, are fine).
 - PNG: the IEND chunk must be near the end of the file.
 Other formats are left to the decoder.
+
+Camera images (``read_camera_image``) that are JPEGs decode with simplejpeg (libjpeg-turbo with its
+SIMD paths): bit-identical to OpenCV's output, 2.8x faster at 1600x900 and 1.2x at half size
+(bench/data_loading.py); half size is the decoder's DCT-domain scaling either way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 
 import cv2
 import numpy as np
+import simplejpeg
 
 from perception.core.errors import PerceptionError
 
@@ -43,6 +48,34 @@ def incomplete_reason(data: bytes) -> str | None:
 def read_image_file(path: str, flags: int = cv2.IMREAD_COLOR, what: str = "image") -> np.ndarray:
     """``cv2.imread`` that raises ImageReadError naming ``path`` (``what`` says which kind of file)
     when the file is missing, empty, truncated or not decodable."""
+    image = cv2.imdecode(np.frombuffer(_read_checked(path, what), np.uint8), flags)
+    if image is None:
+        raise ImageReadError(f"{what} {path} could not be decoded (corrupt or not an image)")
+    return image
+
+
+def read_camera_image(path: str, half: bool = False, what: str = "camera image") -> np.ndarray:
+    """uint8 [H,W,3] **BGR** (OpenCV's order), or [(H+1)//2, (W+1)//2, 3] with ``half``: decoded at half
+    resolution in the JPEG decoder's DCT domain, pixel j covering original pixels [2j, 2j+2).
+    Errors as ``read_image_file``."""
+    data = _read_checked(path, what)
+    if data.startswith(JPEG_SOI):
+        try:
+            height, width = simplejpeg.decode_jpeg_header(data)[:2]
+            if half:
+                return simplejpeg.decode_jpeg(data, colorspace="BGR", min_width=(width + 1) // 2,
+                                              min_height=(height + 1) // 2)
+            return simplejpeg.decode_jpeg(data, colorspace="BGR")
+        except ValueError:
+            pass  # a JPEG flavour libjpeg-turbo's fast path declines (e.g. CMYK): OpenCV below decides
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_REDUCED_COLOR_2 if half else cv2.IMREAD_COLOR)
+    if image is None:
+        raise ImageReadError(f"{what} {path} could not be decoded (corrupt or not an image)")
+    return image
+
+
+def _read_checked(path: str, what: str) -> bytes:
+    """The bytes of ``path``; ImageReadError when it is missing, empty or cut short."""
     if not os.path.isfile(path):
         raise ImageReadError(f"{what} {path} does not exist; check data_root and that the dataset is complete")
     with open(path, "rb") as f:
@@ -52,7 +85,4 @@ def read_image_file(path: str, flags: int = cv2.IMREAD_COLOR, what: str = "image
     reason = incomplete_reason(data)
     if reason is not None:
         raise ImageReadError(f"{what} {path} is damaged: {reason}; restore it from the dataset archive")
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
-    if image is None:
-        raise ImageReadError(f"{what} {path} could not be decoded (corrupt or not an image)")
-    return image
+    return data

@@ -25,7 +25,7 @@ class DrivableCriterion(nn.Module):
             zero = logits.sum() * 0.0
             return {"drivable_ce": zero, "drivable_dice": zero}
         logits = logits[valid]
-        mask = targets["drivable"]["mask"].to(logits.device)[valid]
+        mask = targets["drivable"]["mask"].to(logits.device)[valid].long()  # batches carry uint8
         logits = F.interpolate(logits, size=mask.shape[-2:], mode="bilinear", align_corners=False)
         ce = F.cross_entropy(logits, mask, ignore_index=self.ignore_index)
 

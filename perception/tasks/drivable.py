@@ -65,11 +65,12 @@ class DrivableTask(Task):
     def item_targets(self, dataset, info: dict, out: dict) -> dict | None:
         if out["mask"] is None:  # the transform's mask slot holds the drivable mask (None: not labelled)
             return None
-        return {"valid": True, "mask": torch.from_numpy(out["mask"].astype(np.int64))}  # [H,W] input px
+        # uint8 [H,W] input px (0, 1, IGNORE_INDEX): an eighth of int64's bytes through the loader's queue
+        return {"valid": True, "mask": torch.from_numpy(out["mask"])}
 
     def collate(self, targets: list[dict], input_size: tuple[int, int]) -> dict:
         """Dense: masks stacked to [B,H,W]; an image without labels contributes an all-ignore mask."""
-        ignore = torch.full(tuple(input_size), IGNORE_INDEX, dtype=torch.int64)
+        ignore = torch.full(tuple(input_size), IGNORE_INDEX, dtype=torch.uint8)
         return {"valid": torch.tensor([bool(t["valid"]) for t in targets]),
                 "mask": torch.stack([t["mask"] if "mask" in t else ignore for t in targets])}
 
