@@ -96,7 +96,7 @@ def main() -> int:
         base = rates["baseline (decode + resize + flip + jitter)"]
         for name, value in rates.items():
             print(f"  {name:<45} {value:7.1f} images/s per worker  ({value / base:.2f}x baseline)")
-        print_photometric_costs(datasets["half-size decode"][(0, 0)]["image"].permute(1, 2, 0).numpy(), args.items)
+        print_photometric_costs(half[(0, 0)]["image"].permute(1, 2, 0).numpy(), args.items)
 
         loader_rate = rates["ours, half-size decode + collate"]
         if args.step_ms:

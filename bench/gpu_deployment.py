@@ -166,9 +166,10 @@ def main() -> int:
     from perception.data.camera_dataset import to_model_input
 
     batch = torch.load(args.batch_file, weights_only=False)
-    images = torch.cat([to_model_input(batch["images"])] * 6)[:6]
+    batch_images = to_model_input(batch["images"])
+    images = torch.cat([batch_images] * 6)[:6]
     if args.demo_weights:
-        inference(TRAIN_CONFIG, to_model_input(batch["images"]), args.runs, weights=args.demo_weights)
+        inference(TRAIN_CONFIG, batch_images, args.runs, weights=args.demo_weights)
     for config in CONFIGS:
         inference(config, images, args.runs)
     training_step(batch, steps=20)

@@ -149,7 +149,7 @@ def _resize_window(image: np.ndarray, window, size: tuple[int, int], interpolati
         out = cv2.resize(patch, target, interpolation=interpolation)
     else:
         out = np.full((height, width) + image.shape[2:], fill, dtype=image.dtype)
-        if patch.size and target[0] > 0 and target[1] > 0:
+        if target[0] > 0 and target[1] > 0:  # (0, 0): no source pixel lands in the input
             out[rows, cols] = cv2.resize(patch, target, interpolation=interpolation)
     return cv2.flip(out, 1) if flip else out
 

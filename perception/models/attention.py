@@ -40,14 +40,13 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return weights @ value, weights
 
 
-def fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``scaled_dot_product_attention``'s output through PyTorch's fused kernel (not for export).
-
-    ``mask``: None or additive float. Bool masks go through the explicit formula (``MultiHeadAttention``),
-    whose masked scores are *replaced* by the finite negative, so a fully masked row attends uniformly."""
-    if mask is not None and mask.dtype == torch.bool:
-        raise ValueError("fused_attention takes additive float masks; bool masks use scaled_dot_product_attention")
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``scaled_dot_product_attention``'s output: the explicit formula while exporting to ONNX and with a
+    bool mask (masked scores are *replaced* by the finite negative, so a fully masked row attends
+    uniformly), PyTorch's fused kernel otherwise (no mask or an additive float one)."""
+    if torch.onnx.is_in_onnx_export() or (mask is not None and mask.dtype == torch.bool):
+        return scaled_dot_product_attention(query, key, value, mask)[0]
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
 
 
@@ -78,10 +77,7 @@ class MultiHeadAttention(nn.Module):
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """query [B,Lq,D], key/value [B,Lk,D]; mask [Lq,Lk] or [B,1,Lq,Lk] -> [B,Lq,D]."""
         q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(key)), self._split(self.v_proj(value))
-        if torch.onnx.is_in_onnx_export() or (mask is not None and mask.dtype == torch.bool):
-            out, _ = scaled_dot_product_attention(q, k, v, mask)
-        else:
-            out = fused_attention(q, k, v, mask)
+        out = attend(q, k, v, mask)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, -1)  # (B, Lq, D)
         return self.out_proj(self.dropout(out))
