@@ -58,3 +58,24 @@ def test_merge_removes_cross_camera_duplicates_only():
                             box(5, 0, "car", 0.3)])
     assert [(b["detection_name"], b["detection_score"]) for b in merged] == [
         ("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
+
+
+def test_optional_2d_nms_drops_same_class_duplicates_only():
+    intrinsics = np.array([[350.0, 0.0, 224.0], [0.0, 350.0, 100.0], [0.0, 0.0, 1.0]])
+    q, c = 4, 10
+    outputs = {
+        "obstacles.logits": torch.full((1, q, c), -8.0), "obstacles.boxes": torch.zeros(1, q, 4),
+        "obstacles.center": torch.full((1, q, 2), 0.5), "obstacles.depth": torch.zeros(1, q),
+        "obstacles.size": torch.zeros(1, q, 3), "obstacles.yaw": torch.zeros(1, q, 2),
+        "obstacles.velocity": torch.zeros(1, q, 2), "obstacles.attribute": torch.zeros(1, q, 8),
+    }
+    # Queries 0 and 1: one car twice (IoU 0.83); query 2: a pedestrian on the same spot; query 3: a car elsewhere.
+    outputs["obstacles.boxes"][0] = torch.tensor([[0.5, 0.5, 0.2, 0.2], [0.52, 0.5, 0.22, 0.2],
+                                                  [0.5, 0.5, 0.2, 0.2], [0.1, 0.1, 0.1, 0.1]])
+    for query, label, logit in ((0, 0, 3.0), (1, 0, 2.0), (2, 5, 1.0), (3, 0, 0.5)):
+        outputs["obstacles.logits"][0, query, label] = logit
+    free = decode_image(outputs, 0, intrinsics, (224, 448), max_detections=10, score_threshold=0.3)
+    assert free.labels.tolist() == [0, 0, 5, 0]  # NMS-free: the duplicate stays
+    suppressed = decode_image(outputs, 0, intrinsics, (224, 448), max_detections=10, score_threshold=0.3, nms_iou=0.5)
+    assert suppressed.labels.tolist() == [0, 5, 0]
+    assert np.allclose(suppressed.scores, torch.sigmoid(torch.tensor([3.0, 1.0, 0.5])).numpy())

@@ -1,6 +1,7 @@
 """Obstacle outputs -> 3D boxes in the camera, ego and global frames -> one set per sample.
 
-NMS-free per image (sigmoid -> top-k over queries x classes), then the cameras of a sample are
+NMS-free per image (sigmoid -> top-k over queries x classes; optionally a per-class 2D NMS,
+``postprocess.obstacle_nms_iou``, for heads trained with one-to-many class targets), then the cameras of a sample are
 merged in BEV: overlapping views see the same object twice, and the lower-scoring copy of a
 same-class box whose centre lies within ``merge_radius`` metres is dropped.
 """
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torchvision.ops import batched_nms, box_convert
 
 from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
@@ -35,10 +37,16 @@ class CameraBoxes:
 
 
 def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
-                 max_detections: int = 100, score_threshold: float = 0.05) -> CameraBoxes:
-    """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input."""
+                 max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None) -> CameraBoxes:
+    """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input. ``nms_iou``: also
+    drop a detection whose 2D box overlaps a higher-scoring one of its class by more than this IoU (for heads
+    trained with one-to-many class targets, whose duplicate queries score alike); None: NMS-free."""
     height, width = input_size
     scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], max_detections, score_threshold)
+    if nms_iou is not None and len(scores):
+        boxes = box_convert(outputs["obstacles.boxes"][index][queries].float(), "cxcywh", "xyxy")
+        keep = batched_nms(boxes, scores, labels, nms_iou)  # sorted by score, like top-k
+        scores, queries, labels = scores[keep], queries[keep], labels[keep]
     uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
     fx = float(intrinsics[0, 0])
     depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)

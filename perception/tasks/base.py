@@ -105,12 +105,13 @@ class Task:
         return {}
 
 
-def box_set_criterion(criterion_class: type, matcher) -> nn.Module:
+def box_set_criterion(criterion_class: type, matcher, **options) -> nn.Module:
     """A box head's set criterion (``criterion_class``: ObstacleCriterion, LightCriterion) from the config's
-    ``matcher``: Hungarian costs, the dense token loss and IoU-aware class targets."""
+    ``matcher``: Hungarian costs, the dense token loss and IoU-aware class targets; ``options``: the head's own
+    (e.g. ``one_to_many_iou``)."""
     return criterion_class(HungarianMatcher(matcher.cost_class, matcher.cost_bbox, matcher.cost_giou),
                            dense_weight=matcher.dense_weight, dense_class_positives=matcher.dense_class_positives,
-                           iou_aware=matcher.iou_aware_classification)
+                           iou_aware=matcher.iou_aware_classification, **options)
 
 
 def validate_query_head(name: str, head) -> None:

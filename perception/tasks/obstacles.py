@@ -94,7 +94,7 @@ class ObstacleTask(Task):
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):
-        return box_set_criterion(ObstacleCriterion, cfg.matcher)
+        return box_set_criterion(ObstacleCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.obstacle_one_to_many_iou)
 
     def empty_targets(self) -> dict:
         return empty_obstacles()
@@ -105,7 +105,7 @@ class ObstacleTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
         """CameraBoxes in the camera frame; ``input_intrinsics``: the camera's intrinsics in input pixels."""
         return decode_image(outputs, i, input_intrinsics, tuple(input_size), post.obstacle_max_per_image,
-                            post.obstacle_score_threshold)
+                            post.obstacle_score_threshold, post.obstacle_nms_iou)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_boxes_3d
