@@ -51,7 +51,9 @@ def four_task_model():
     torch.manual_seed(0)
     # drop_path_rate > 0 as in the real configs: timm's DropPath once traced into a graph 2e-3 off PyTorch.
     backbone = dict(TINY_MODEL["backbone"], drop_path_rate=0.2)
-    cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, backbone=backbone, heads=ALL_HEADS),
+    # The lanes' optional snap to the marking map runs in the graph (GridSample + Softmax): exported here too.
+    heads = dict(ALL_HEADS, lanes=dict(ALL_HEADS["lanes"], marking_refinement=True))
+    cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, backbone=backbone, heads=heads),
                                        bdd100k=dict(data_root="unused")))
     model = build_model(cfg.model, INPUT_SIZE)
     _wake_zero_layers(model)

@@ -28,6 +28,9 @@ SWEEP_MIN_SCORE = 0.05  # the report's precision/recall sweep starts here
 class LaneHeadConfig(QueryDecoderConfig):
     num_queries: int = 20
     num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
+    # The final points snap to a stride-4 lane-marking map within snap_radius cells (models/heads/lane_marking.py).
+    marking_refinement: bool = False
+    snap_radius: int = 4
 
 
 class LaneTask(Task):
@@ -50,11 +53,15 @@ class LaneTask(Task):
         validate_query_head(self.name, head)
         if head.num_points < 2:
             raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {head.num_points}")
+        if head.snap_radius < 1:
+            raise ConfigError(f"model.heads.lanes.snap_radius must be >= 1 (cells of the stride-4 marking map), "
+                              f"got {head.snap_radius}")
 
     def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.lanes import LaneHead
 
-        return LaneHead(in_channels, num_points=head.num_points, **head.decoder_kwargs())
+        return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
+                        snap_radius=head.snap_radius, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from perception.core.lane_coding import LANE_CLASSES, anchor_rows
+from perception.models.heads.lane_marking import MarkingMap, snap_to_marking
 from perception.models.heads.query_decoder import QueryDecoderHead
 from perception.models.heads.query_memory import MLP, zero_last_layer
 
@@ -50,7 +51,8 @@ class LaneHead(QueryDecoderHead):
 
     def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
-                 levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True):
+                 levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
+                 marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points)
@@ -64,9 +66,17 @@ class LaneHead(QueryDecoderHead):
         # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom): (P,)
         self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0), dtype=torch.float32),
                              persistent=False)
-        # Training only: lane markings as a mask on the finest memory level (a linear probe of its
-        # features, the same features the reference sampler reads), absent from the exported graph.
-        self.mask_probe = nn.Conv2d(dim, 1, 1)
+        if marking_refinement:
+            # The final points snap to a stride-4 marking map (lane_marking.py); the map is also the
+            # auxiliary mask the criterion trains (``lanes.dense.mask``).
+            self.marking = MarkingMap(in_channels, marking_channels)
+            self.stay_logit = nn.Parameter(torch.zeros(()))
+            self.snap_radius = snap_radius
+        else:
+            # Training only: lane markings as a mask on the finest memory level (a linear probe of its
+            # features, the same features the reference sampler reads), absent from the exported graph.
+            self.marking = None
+            self.mask_probe = nn.Conv2d(dim, 1, 1)
         for mlp in [self.enc_points, *self.point_heads]:
             zero_last_layer(mlp)
 
@@ -91,6 +101,8 @@ class LaneHead(QueryDecoderHead):
         return {f"{prefix}.visibility": self.visibility_heads[index](queries)}
 
     def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.marking is not None:  # the marking map is the mask (forward)
+            return {}
         return {"lanes.dense.mask": self.mask_probe(finest)}  # (B, 1, h, w) logits, finest level
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -102,6 +114,14 @@ class LaneHead(QueryDecoderHead):
         lanes.visibility [B,Q,P]  logit that the lane crosses the row inside the image
         In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
         ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
-        [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss).
+        [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss; with
+        ``marking_refinement`` the stride-4 marking map the final points were snapped to).
         """
-        return super().forward(levels)
+        outputs = super().forward(levels)
+        if self.marking is not None:
+            marking = self.marking(levels[0])  # (B, 1, H/4, W/4) logits
+            outputs["lanes.points"] = snap_to_marking(outputs["lanes.points"], self.row_y, marking,
+                                                      self.snap_radius, self.stay_logit)
+            if self.training:
+                outputs["lanes.dense.mask"] = marking
+        return outputs

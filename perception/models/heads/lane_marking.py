@@ -1,0 +1,61 @@
+"""Lane points snapped to the painted markings: a stride-4 marking map and a per-row soft arg-max.
+
+Why: measured on the demo checkpoint (held-out BDD100K-format frames), even the best of the lane
+head's 20 queries was a median 19 px (of 640) off each labelled lane, while CULane's F1 asks for
+about 4 px (IoU >= 0.5 of 30 px wide lines at 1640). The queries find the lanes; a decoder reading
+stride-8 tokens does not place them to a few pixels. A convolutional marking map at stride 4 does
+what CNN lane detectors (SCNN, LaneAF) do well, and the query's points then move to the marking:
+
+- ``MarkingMap``: FPN stride 4 -> two 3x3 conv blocks -> one logit per cell [B,1,H/4,W/4] that a
+  lane marking passes through (trained by the lane criterion's mask loss, ``lanes.dense.mask``).
+- ``snap_to_marking``: at each anchor row, the map is read at 4R + 1 offsets half a cell apart within
+  R cells of the query's x (bilinear ``grid_sample``); a softmax over them plus one learned "stay" logit at offset 0
+  gives the row's shift (a soft arg-max, differentiable, sub-cell). Where no marking is near (dashes'
+  gaps, rows past the painted end), the stay logit wins and the point keeps the decoder's x.
+
+Standard ONNX only (Conv, GridSample, Softmax, ReduceSum): TensorRT runs it without plugins.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MarkingMap(nn.Module):
+    """FPN stride-4 level [B,C,H/4,W/4] -> lane-marking logits [B,1,H/4,W/4]."""
+
+    def __init__(self, in_channels: int, channels: int = 32):
+        super().__init__()
+        groups = min(8, channels // 4)
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, channels, 3, padding=1, bias=False), nn.GroupNorm(groups, channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.GroupNorm(groups, channels), nn.ReLU())
+        self.classifier = nn.Conv2d(channels, 1, 1)
+        nn.init.constant_(self.classifier.bias, -4.0)  # markings cover a few % of the cells
+
+    def forward(self, stride4: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.body(stride4))
+
+
+def snap_to_marking(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, radius: int,
+                    stay_logit: torch.Tensor) -> torch.Tensor:
+    """Move each row's x to the marking nearby.
+
+    points [B,Q,P]: x at the anchor rows, normalised by the input width; row_y [P]: the rows' y in
+    [0, 1]; marking [B,1,h,w] logits; radius: cells searched on each side; stay_logit: scalar logit
+    of keeping x. Returns the snapped x [B,Q,P].
+    """
+    batch, queries, rows = points.shape
+    half_cell = 0.5 / marking.shape[-1]  # half a marking-map cell in normalised x: sub-cell peaks are not missed
+    offsets = torch.arange(-2 * radius, 2 * radius + 1, device=points.device, dtype=points.dtype) * half_cell  # (S,)
+    xs = points[..., None] + offsets  # (B, Q, P, S)
+    ys = row_y.to(points.dtype)[None, None, :, None].expand_as(xs)
+    grid = torch.stack([xs, ys], dim=-1).reshape(batch, queries, -1, 2) * 2 - 1  # (B, Q, P*S, 2) in [-1, 1]
+    sampled = F.grid_sample(marking.to(points.dtype), grid, mode="bilinear", padding_mode="border",
+                            align_corners=False)  # (B, 1, Q, P*S)
+    logits = sampled.reshape(batch, queries, rows, -1)  # (B, Q, P, S)
+    stay = stay_logit.to(points.dtype).expand(batch, queries, rows, 1)
+    weights = torch.cat([logits, stay], dim=-1).softmax(dim=-1)  # (B, Q, P, S + 1); the last: stay at offset 0
+    return points + (weights[..., :-1] * offsets).sum(-1)
