@@ -34,7 +34,7 @@ NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obs
 VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
-             "3D from the query's box", {}),
+             "3D from the query's box, one-to-many obstacle class targets + 2D NMS", {}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
@@ -58,6 +58,12 @@ VARIANTS = {
     "velocity_0.05": ("the obstacle velocity loss at weight 0.05 (FCOS3D's code weight): one image cannot show "
                       "speed, and the irreducible L1 term was the largest obstacle loss, shared by the 3D MLP",
                       {"loss_weights.obstacle_velocity": 0.05}),
+    "lane_marking": ("the lane head's final points snap to a stride-4 lane-marking map (a small CNN, also the "
+                     "auxiliary mask) by a per-row soft arg-max within 4 cells",
+                     {"model.heads.lanes.marking_refinement": True}),
+    "one_to_one": ("obstacles trained one-to-one (only the Hungarian match is a class positive) and decoded "
+                   "NMS-free: the demo recipe before one-to-many class targets",
+                   {"matcher.obstacle_one_to_many_iou": None, "postprocess.obstacle_nms_iou": None}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -33,7 +33,12 @@ model = dict(
 )
 # Only each object's best token is a dense class positive: query selection then picks one token per
 # object instead of several duplicates (convergence study: light AP50 0.35 vs 0.26, lane F1 0.08 vs 0.00).
-matcher = dict(dense_class_positives="one")
+# Obstacles: every query on an object (2D IoU >= 0.6) is a class positive, not only its Hungarian match
+# (DETA), and a per-class 2D NMS at 0.3 removes the duplicates before 3D decoding (convergence study,
+# one_to_many: held-out mAP 0.065 vs 0.021-0.032; the one-to-one scores ranked queries on objects
+# barely above the rest, AUROC 0.61 vs 0.78).
+matcher = dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6)
+postprocess = dict(obstacle_nms_iou=0.3)
 # The drivable losses are weighted up so they keep their share of the gradient next to three set losses.
 loss_weights = dict(drivable_ce=5.0, drivable_dice=5.0)
 optimizer = dict(lr=1e-3, weight_decay=0.01, backbone_lr_mult=1.0)

@@ -67,12 +67,17 @@ class MatcherConfig:
     # Box heads (obstacles, lights): a matched query's class target is its box IoU with the object (varifocal
     # loss, RT-DETR) instead of 1, so scores rank queries by localisation too (bench/convergence.py iou_aware).
     iou_aware_classification: bool = False
+    # Obstacles: every query whose 2D box overlaps an object by IoU >= this is a class positive, not only its
+    # Hungarian match (DETA, "NMS strikes back"); pair it with postprocess.obstacle_nms_iou, which removes the
+    # duplicates this leaves (the cameras' BEV merge catches only those within a merge radius). None: off.
+    obstacle_one_to_many_iou: float | None = None
 
 
 @dataclass
 class PostprocessConfig:
     obstacle_max_per_image: int = 100
     obstacle_score_threshold: float = 0.05
+    obstacle_nms_iou: float | None = None  # per-camera, per-class 2D NMS before 3D decoding; None: NMS-free
     lane_score_threshold: float = 0.3  # lane F1 is measured at this one operating point
     lane_visibility_threshold: float = 0.5
     light_max_per_image: int = 30
@@ -154,6 +159,15 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
+    nms = cfg.postprocess.obstacle_nms_iou
+    if nms is not None and not 0.0 < nms <= 1.0:
+        raise ConfigError(f"postprocess.obstacle_nms_iou must be in (0, 1] or None, got {nms!r}")
+    iou = cfg.matcher.obstacle_one_to_many_iou
+    if iou is not None and not 0.0 < iou <= 1.0:
+        raise ConfigError(f"matcher.obstacle_one_to_many_iou must be in (0, 1] or None, got {iou!r}")
+    if iou is not None and cfg.matcher.iou_aware_classification:
+        raise ConfigError("matcher.obstacle_one_to_many_iou and matcher.iou_aware_classification are alternatives "
+                          "for the obstacles' class targets: set one of them")
     if cfg.matcher.dense_class_positives not in ("all", "one"):
         raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
                           f"{cfg.matcher.dense_class_positives!r}")
