@@ -4,6 +4,7 @@
     python bench/deployment_latency.py                                   # deployment Swin, 6 cameras
     python bench/deployment_latency.py --config configs/swin_t_nuscenes_bdd100k.py --batch 6
     python bench/deployment_latency.py --batch 1 --threads 2 --int8      # + INT8 (Q/DQ) and the YOLOP graph
+    python bench/deployment_latency.py --batch 1 --threads 2 --cfg-options model.backbone.window_size=8   # a variant
 
 In one run: an fp32 2048^3 matmul probe (this machine's practical FLOP/s), the network's GFLOPs
 (2 x MAC), eager and ONNX Runtime latency p50 / p90 after warm-up (runs interleaved so drift hits
@@ -59,12 +60,12 @@ def matmul_probe_gflops(runs: int = 10) -> float:
     return 2 * 2048**3 / _percentiles(times)[0] / 1e9
 
 
-def _build(config: str, checkpoint: str):
+def _build(config: str, checkpoint: str, options: list[str]):
     from perception.build import build_model
     from perception.config import load_config, parse_config
     from perception.core.checkpoint import load_model_weights
 
-    cfg = parse_config(load_config(config))
+    cfg = parse_config(load_config(config, _options_dict(options)))
     model = build_model(cfg.model, tuple(cfg.input_size)).eval()
     if checkpoint != "none":
         load_model_weights(model, checkpoint)
@@ -82,6 +83,15 @@ def _session(path: str, threads: int, profile: bool = False):
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
+def _options_dict(options: list[str]) -> dict:
+    """``key=value`` strings -> the overrides dict (values parsed as ``--cfg-options`` does)."""
+    from mmengine.config import DictAction
+
+    parsed = argparse.Namespace(options={})
+    DictAction(option_strings=[], dest="options")(None, parsed, options)
+    return dict(parsed.options)
+
+
 def child_main(args) -> int:
     """One measured job in a fresh process; prints {"peak_rss_mb": ...}."""
     import torch
@@ -89,13 +99,15 @@ def child_main(args) -> int:
     torch.set_num_threads(args.threads)
     if args.child == "export":
         subprocess_args = [args.config, args.checkpoint, "--out", args.model, "--batch", str(args.batch)]
+        if args.cfg_options:
+            subprocess_args += ["--cfg-options", *args.cfg_options]
         from perception.commands import export_onnx
 
         code = export_onnx.main(export_onnx.get_args_parser().parse_args(subprocess_args))
         if code != 0:
             return code
     elif args.child == "eager":
-        cfg, model = _build(args.config, args.checkpoint)
+        cfg, model = _build(args.config, args.checkpoint, args.cfg_options)
         images = torch.randn(args.batch, 3, *cfg.input_size)
         with torch.no_grad():
             for _ in range(3):
@@ -124,6 +136,8 @@ def _peak_rss_mb() -> float:
 def _child(args, job: str, model_path: str) -> float:
     command = [sys.executable, os.path.abspath(__file__), "--child", job, "--config", args.config, "--checkpoint",
                args.checkpoint, "--batch", str(args.batch), "--threads", str(args.threads), "--model", model_path]
+    if args.cfg_options:
+        command += ["--cfg-options", *args.cfg_options]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{job} job failed:\n{result.stderr[-3000:]}")
@@ -151,7 +165,7 @@ def main(args) -> int:
 
     torch.set_num_threads(args.threads)
     probe = matmul_probe_gflops()
-    cfg, model = _build(args.config, args.checkpoint)
+    cfg, model = _build(args.config, args.checkpoint, args.cfg_options)
     height, width = cfg.input_size
     images = torch.randn(args.batch, 3, height, width)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -202,7 +216,8 @@ def main(args) -> int:
     p50 = {name: _percentiles(values)[0] for name, values in times.items()}
     peaks = {"PyTorch eager": eager_peak, "ONNX Runtime": onnx_peak}
     print(f"{os.path.relpath(args.config, ROOT)}  input {height}x{width}  batch {args.batch}  threads {args.threads}  "
-          f"runs {args.runs} (after {args.warmup} warm-up)")
+          f"runs {args.runs} (after {args.warmup} warm-up)" + (f"  options {' '.join(args.cfg_options)}"
+                                                                if args.cfg_options else ""))
     print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s (before {probe_before:.1f}, after "
           f"{probe_after:.1f})")
     print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image)")
@@ -234,6 +249,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=DEFAULT_CONFIG)
     parser.add_argument("--checkpoint", default="none")
+    parser.add_argument("--cfg-options", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="config overrides, as tools/train.py takes them (measure a variant of the config)")
     parser.add_argument("--batch", type=int, default=6, help="images per call (6 = one nuScenes sample)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--runs", type=int, default=10)

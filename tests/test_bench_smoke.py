@@ -50,8 +50,9 @@ def test_forecast_latency_smoke():
 @pytest.mark.onnx
 def test_deployment_latency_smoke():
     out = run_bench("bench/deployment_latency.py", "--config", "configs/demo_synthetic.py", "--batch", "1", "--runs",
-                    "1", "--warmup", "0", "--threads", "2", "--int8", "--yolop", "")
-    assert "ms" in out and "INT8 / fp32" in out
+                    "1", "--warmup", "0", "--threads", "2", "--int8", "--yolop", "",
+                    "--cfg-options", "model.heads.lanes.num_layers=1")  # a variant: the options reach every job
+    assert "ms" in out and "INT8 / fp32" in out and "options model.heads.lanes.num_layers=1" in out
 
 
 @pytest.mark.slow
