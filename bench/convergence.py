@@ -64,6 +64,11 @@ VARIANTS = {
     "one_to_one": ("obstacles trained one-to-one (only the Hungarian match is a class positive) and decoded "
                    "NMS-free: the demo recipe before one-to-many class targets",
                    {"matcher.obstacle_one_to_many_iou": None, "postprocess.obstacle_nms_iou": None}),
+    "deformable": ("all three query heads use multi-scale deformable cross-attention (4 learned points per head "
+                   "and level around the query's box) instead of dense attention to every memory token",
+                   {"model.heads.obstacles.cross_attention": "deformable",
+                    "model.heads.lanes.cross_attention": "deformable",
+                    "model.heads.lights.cross_attention": "deformable"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

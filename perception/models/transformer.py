@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from perception.models.attention import MultiHeadAttention
+from perception.models.deformable_attention import DeformableCrossAttention
 
 
 class FeedForward(nn.Module):
@@ -75,4 +76,28 @@ class DecoderLayer(nn.Module):
         q = queries if query_pos is None else queries + query_pos
         k = memory if memory_pos is None else memory + memory_pos
         queries = self.norm2(queries + self.dropout(self.cross_attn(q, k, memory, memory_mask)))
+        return self.norm3(queries + self.dropout(self.ffn(queries)))
+
+
+class DeformableDecoderLayer(nn.Module):
+    """``DecoderLayer`` with multi-scale deformable cross-attention: self-attention among queries, then each
+    query reads a few points per head and level around its reference box, FFN; residual + post-LayerNorm."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, num_levels: int, num_points: int = 4,
+                 dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.cross_attn = DeformableCrossAttention(dim, num_heads, num_levels, num_points)
+        self.ffn = FeedForward(dim, ffn_dim, dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries: torch.Tensor, memory: torch.Tensor, query_pos: torch.Tensor,
+                reference: torch.Tensor, level_shapes: list[tuple[int, int]]) -> torch.Tensor:
+        """queries [B,Q,D], memory [B,N,D] (no positions: the reference says where), query_pos [B,Q,D],
+        reference [B,Q,4] cxcywh in [0, 1] -> [B,Q,D]."""
+        q = queries + query_pos
+        queries = self.norm1(queries + self.dropout(self.self_attn(q, q, queries)))
+        attended = self.cross_attn(queries + query_pos, reference, memory, level_shapes)
+        queries = self.norm2(queries + self.dropout(attended))
         return self.norm3(queries + self.dropout(self.ffn(queries)))

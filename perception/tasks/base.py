@@ -18,6 +18,7 @@ from torch import nn
 
 from perception.core.errors import ConfigError
 from perception.losses.matcher import HungarianMatcher
+from perception.models.heads.query_decoder import CROSS_ATTENTION
 
 
 @dataclass
@@ -120,3 +121,6 @@ def validate_query_head(name: str, head) -> None:
         raise ConfigError(f"model.heads.{name}.levels must be FPN levels 0-3, got {head.levels}")
     if head.dim % head.num_heads or head.dim % 8:
         raise ConfigError(f"model.heads.{name}.dim {head.dim} must be divisible by num_heads and 8")
+    if head.cross_attention not in CROSS_ATTENTION:
+        raise ConfigError(f"model.heads.{name}.cross_attention must be one of {CROSS_ATTENTION}, "
+                          f"got {head.cross_attention!r}")

@@ -16,6 +16,9 @@ class QueryDecoderConfig:
     levels: tuple = (1, 2, 3)  # FPN levels used as memory (0 = stride 4 ... 3 = stride 32)
     memory_convs: int = 0  # residual 3x3 conv blocks on the memory tokens (query_memory.ConvTower)
     reference_sampling: bool = True  # queries read the finest memory level at their reference (ReferenceSampler)
+    # "dense": attention to every memory token; "deformable": a few learned points per head and level
+    # around the query's reference box (models/deformable_attention.py)
+    cross_attention: str = "dense"
 
     def decoder_kwargs(self) -> dict:
         """The shared fields as keyword arguments of a query head."""

@@ -31,9 +31,10 @@ class BoxQueryHead(QueryDecoderHead):
 
     def __init__(self, in_channels: int, num_classes: int, dim: int = 128, num_queries: int = 100,
                  num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512, levels: tuple[int, ...] = (1, 2, 3),
-                 memory_convs: int = 0, reference_sampling: bool = True):
+                 memory_convs: int = 0, reference_sampling: bool = True, cross_attention: str = "dense"):
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
-                         memory_convs, reference_sampling, num_sample_points=len(BOX_SAMPLE_OFFSETS))
+                         memory_convs, reference_sampling, num_sample_points=len(BOX_SAMPLE_OFFSETS),
+                         cross_attention=cross_attention)
         self.enc_box = MLP(dim, dim, 4, 3)
         self.query_pos = MLP(dim, dim, dim, 2)
         self.box_heads = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(num_layers))
@@ -48,6 +49,9 @@ class BoxQueryHead(QueryDecoderHead):
 
     def sample_points(self, reference: torch.Tensor) -> torch.Tensor:
         return box_sample_points(reference)
+
+    def attention_box(self, reference: torch.Tensor) -> torch.Tensor:
+        return reference  # (B, Q, 4) cxcywh: the query's own box
 
     def refine(self, index: int, queries: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         return (self.box_heads[index](queries) + inverse_sigmoid(reference)).sigmoid()

@@ -52,10 +52,12 @@ class LaneHead(QueryDecoderHead):
     def __init__(self, in_channels: int, num_classes: int = len(LANE_CLASSES), num_points: int = 24, dim: int = 64,
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
-                 marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32):
+                 marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
+                 cross_attention: str = "dense"):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
-                         memory_convs, reference_sampling, num_sample_points=num_points)
+                         memory_convs, reference_sampling, num_sample_points=num_points,
+                         cross_attention=cross_attention)
         self.num_points = num_points
         self.register_buffer("basis", row_basis(num_points), persistent=False)  # (P, K)
         shape_size = self.basis.shape[1]
@@ -92,6 +94,15 @@ class LaneHead(QueryDecoderHead):
     def sample_points(self, reference: torch.Tensor) -> torch.Tensor:
         rows = self.row_y.to(reference.dtype).expand_as(reference)  # (B, Q, P)
         return torch.stack([reference, rows], -1)  # (B, Q, P, 2): x and y of each row's point
+
+    def attention_box(self, reference: torch.Tensor) -> torch.Tensor:
+        """The box [B,Q,4] cxcywh spanned by the lane's points inside the image, over all anchor rows."""
+        xs = reference.clamp(0.0, 1.0)  # (B, Q, P)
+        left, right = xs.min(-1).values, xs.max(-1).values
+        top, bottom = self.row_y[0].to(xs.dtype), self.row_y[-1].to(xs.dtype)
+        width = (right - left).clamp(min=0.05)  # a vertical lane still reads around itself
+        cy, height = ((top + bottom) / 2).expand_as(left), (bottom - top).expand_as(left)
+        return torch.stack([(left + right) / 2, cy, width, height], dim=-1)
 
     def refine(self, index: int, queries: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         return reference + self.point_heads[index](queries) @ self.basis.T

@@ -46,11 +46,11 @@ class ObstacleHead(BoxQueryHead):
     def __init__(self, in_channels: int, num_classes: int = 10, num_attributes: int = 8, dim: int = 128,
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
-                 reference_sampling: bool = True, input_height: int | None = None):
+                 reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense"):
         """``input_height`` (pixels of the network input): turns on the geometric depth prior."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
-                         reference_sampling=reference_sampling)
+                         reference_sampling=reference_sampling, cross_attention=cross_attention)
         self.num_attributes = num_attributes
         self.input_height = input_height
         self.box_embed = nn.Linear(len(BOX_FEATURES), dim)

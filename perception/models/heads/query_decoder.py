@@ -11,13 +11,16 @@ geometry (gradient stopped between layers). A head says only what its geometry i
 - ``position(reference)``: the query's positional embedding [B,Q,D];
 - ``sample_points(reference)``: where it reads the finest level, [B,Q,K,2] (x, y) in [0, 1];
 - ``refine(i, queries, reference)``: layer i's new geometry [B,Q,G];
+- ``attention_box(reference)``: the box [B,Q,4] cxcywh around which deformable cross-attention reads
+  (``cross_attention="deformable"``);
 - ``extra_outputs(i, queries, geometry, prefix)`` and ``dense_extras(finest)`` (training only):
   anything more, e.g. the obstacle head's 3D quantities or the lane head's marking mask.
 
 Outputs (``<prefix>`` = the head's name): ``<prefix>.logits [B,Q,C]`` (sigmoid, no background class),
 ``<prefix>.<geometry>`` and the extras; in training also ``<prefix>.aux{i}.*`` per earlier layer,
 ``<prefix>.enc.{logits,<geometry>}`` for the selected proposals and ``<prefix>.dense.{logits,
-<geometry>,anchors}`` for every token (the dense one-to-many loss). Standard attention only.
+<geometry>,anchors}`` for every token (the dense one-to-many loss). Cross-attention is dense over all memory
+tokens (``cross_attention="dense"``) or multi-scale deformable (``"deformable"``, deformable_attention.py).
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from perception.models.heads.query_memory import (
     init_focal_bias,
     select_top_k,
 )
-from perception.models.transformer import DecoderLayer
+from perception.models.transformer import DecoderLayer, DeformableDecoderLayer
+
+CROSS_ATTENTION = ("dense", "deformable")
 
 
 class QueryDecoderHead(nn.Module):
@@ -41,13 +46,20 @@ class QueryDecoderHead(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, dim: int, num_queries: int, num_layers: int,
                  num_heads: int, ffn_dim: int, levels: tuple[int, ...], memory_convs: int,
-                 reference_sampling: bool, num_sample_points: int):
+                 reference_sampling: bool, num_sample_points: int, cross_attention: str = "dense"):
         super().__init__()
+        if cross_attention not in CROSS_ATTENTION:
+            raise ValueError(f"cross_attention {cross_attention!r} is not one of {CROSS_ATTENTION}")
+        self.deformable = cross_attention == "deformable"
         self.dim, self.num_queries, self.num_classes = dim, num_queries, num_classes
         self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
         self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.enc_class = nn.Linear(dim, num_classes)
-        self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
+        if self.deformable:
+            self.layers = nn.ModuleList(DeformableDecoderLayer(dim, num_heads, ffn_dim, num_levels=len(levels))
+                                        for _ in range(num_layers))
+        else:
+            self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
         self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.samplers = nn.ModuleList(ReferenceSampler(dim, num_sample_points) for _ in range(num_layers)) \
             if reference_sampling else None
@@ -67,6 +79,9 @@ class QueryDecoderHead(nn.Module):
     def refine(self, index: int, queries: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def attention_box(self, reference: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def extra_outputs(self, index: int, queries: torch.Tensor, geometry: torch.Tensor,
                       prefix: str) -> dict[str, torch.Tensor]:
         return {}
@@ -76,6 +91,8 @@ class QueryDecoderHead(nn.Module):
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         memory, memory_pos, anchors, finest = self.memory(levels)
+        # (h, w) of each memory level, as Python ints: constants in an exported graph (static shapes).
+        level_shapes = [(int(levels[i].shape[-2]), int(levels[i].shape[-1])) for i in self.memory.levels]
         features = self.enc_output(memory)  # (B, N, D)
         enc_logits = self.enc_class(features)  # (B, N, C)
         enc_geometry = self.propose(features, anchors)  # (B, N, G)
@@ -97,7 +114,10 @@ class QueryDecoderHead(nn.Module):
             query_pos = self.position(reference)
             if self.samplers is not None:
                 queries = queries + self.samplers[i](finest, self.sample_points(reference))
-            queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
+            if self.deformable:
+                queries = layer(queries, memory, query_pos, self.attention_box(reference), level_shapes)
+            else:
+                queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
             geometry = self.refine(i, queries, reference)
             last = i == len(self.layers) - 1
             if last or self.training:
