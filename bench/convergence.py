@@ -69,6 +69,8 @@ VARIANTS = {
                    {"model.heads.obstacles.cross_attention": "deformable",
                     "model.heads.lanes.cross_attention": "deformable",
                     "model.heads.lights.cross_attention": "deformable"}),
+    "deformable_obstacles": ("only the obstacle head uses deformable cross-attention; lanes and lights stay dense",
+                             {"model.heads.obstacles.cross_attention": "deformable"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
