@@ -70,7 +70,14 @@ VARIANTS = {
                     "model.heads.lanes.cross_attention": "deformable",
                     "model.heads.lights.cross_attention": "deformable"}),
     "deformable_obstacles": ("only the obstacle head uses deformable cross-attention; lanes and lights stay dense",
-                             {"model.heads.obstacles.cross_attention": "deformable"}),
+                             {"model.heads.obstacles.cross_attention": "deformable",
+                              "model.heads.lanes.cross_attention": "dense",
+                              "model.heads.lights.cross_attention": "dense"}),
+    "dense_attention": ("every query head attends densely to all memory tokens: the demo recipe before "
+                        "deformable cross-attention (run 4)",
+                        {"model.heads.obstacles.cross_attention": "dense",
+                         "model.heads.lanes.cross_attention": "dense",
+                         "model.heads.lights.cross_attention": "dense"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -26,9 +26,10 @@ model = dict(
     neck=dict(channels=32),
     heads=dict(
         drivable=dict(channels=32),
-        obstacles=dict(dim=64, num_queries=60, num_layers=3, num_heads=4, ffn_dim=256),
+        obstacles=dict(dim=64, num_queries=60, num_layers=3, num_heads=4, ffn_dim=256, cross_attention="deformable"),
         lanes=dict(dim=64, num_queries=20, num_layers=2, num_heads=4, ffn_dim=256, num_points=24),
-        lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2]),
+        lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2],
+                    cross_attention="deformable"),
     ),
 )
 # Only each object's best token is a dense class positive: query selection then picks one token per

@@ -20,8 +20,10 @@ model = dict(
     neck=dict(channels=48),
     heads=dict(
         drivable=dict(channels=32, num_classes=2),
-        obstacles=dict(dim=96, num_queries=100, num_layers=3, num_heads=4, ffn_dim=384, levels=[1, 2, 3]),
+        obstacles=dict(dim=96, num_queries=100, num_layers=3, num_heads=4, ffn_dim=384, levels=[1, 2, 3],
+                       cross_attention="deformable"),
         lanes=dict(dim=96, num_queries=30, num_layers=3, num_heads=4, ffn_dim=384, num_points=36, levels=[1, 2, 3]),
-        lights=dict(_delete_=True, dim=96, num_queries=50, num_layers=3, num_heads=4, ffn_dim=384, levels=[1, 2, 3]),
+        lights=dict(_delete_=True, dim=96, num_queries=50, num_layers=3, num_heads=4, ffn_dim=384, levels=[1, 2, 3],
+                    cross_attention="deformable"),
     ),
 )

@@ -10,4 +10,4 @@ bdd100k = dict(data_root="data/bdd100k", train_split="train", val_split="val", s
 # Lights at strides 8/16/32: at 448x896 the stride-4 level alone made the light head 13 % of the FLOPs and a
 # third of the latency (bench/network_cost.py); a 20 px light still spans 2-3 stride-8 cells.
 model = dict(heads=dict(lights=dict(_delete_=True, dim=128, num_queries=50, num_layers=3, num_heads=4, ffn_dim=512,
-                                    levels=[1, 2, 3])))
+                                    levels=[1, 2, 3], cross_attention="deformable")))

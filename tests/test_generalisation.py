@@ -41,7 +41,7 @@ FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07}
 # of the generalisation issue is open.
 SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8}
 HEADS = dict(drivable=dict(channels=32, num_classes=2),
-             obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256),
+             obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256, cross_attention="deformable"),
              lanes=dict(dim=64, num_queries=20, num_layers=2, ffn_dim=256),
              lights=dict(dim=64, num_queries=30, num_layers=2, ffn_dim=256, levels=[0, 1, 2]))
 
@@ -69,6 +69,9 @@ def test_query_heads_score_on_held_out_scenes_and_read_the_image(scenes, tmp_pat
         nuscenes, model=dict(TINY_MODEL, heads=HEADS), loss_weights=dict(ALL_LOSS_WEIGHTS, drivable_ce=5.0,
                                                                          drivable_dice=5.0),
         bdd100k=dict(data_root=bdd, sample_fraction=0.4), batch_size=8, num_workers=1,
+        # The demo's query recipe: one dense class positive per object, one-to-many obstacle classes + 2D NMS.
+        matcher=dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6),
+        postprocess=dict(obstacle_nms_iou=0.3),
         optimizer=dict(lr=1e-3, weight_decay=0.01, backbone_lr_mult=1.0),
         scheduler=dict(warmup_steps=30, warmup_ratio=0.01, min_lr_ratio=0.02),
         trainer=dict(max_steps=STEPS, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",

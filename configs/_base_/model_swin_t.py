@@ -7,7 +7,8 @@ model = dict(
     neck=dict(channels=96),
     heads=dict(
         drivable=dict(channels=64, num_classes=2),
-        obstacles=dict(dim=128, num_queries=100, num_layers=3, num_heads=4, ffn_dim=512, levels=[1, 2, 3]),
+        obstacles=dict(dim=128, num_queries=100, num_layers=3, num_heads=4, ffn_dim=512, levels=[1, 2, 3],
+                       cross_attention="deformable"),
         lanes=dict(dim=128, num_queries=30, num_layers=3, num_heads=4, ffn_dim=512, num_points=36, levels=[1, 2, 3]),
         lights=None,
     ),
