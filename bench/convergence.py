@@ -34,7 +34,8 @@ NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obs
 VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
-             "3D from the query's box, one-to-many obstacle class targets + 2D NMS", {}),
+             "3D from the query's box, one-to-many obstacle class targets + 2D NMS, deformable cross-attention in the "
+             "box heads", {}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",

@@ -21,6 +21,8 @@ batch_size = 8
 val_batch_size = 16
 num_workers = 1
 
+# The box heads (obstacles, lights) use deformable cross-attention (convergence study, deformable: held-out
+# mAP 0.101 / 0.089 vs 0.065 / 0.064 dense on two seeds); lanes stay dense (their F1 fell with it on both).
 model = dict(
     backbone=dict(embed_dim=32, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], drop_path_rate=0.0),
     neck=dict(channels=32),

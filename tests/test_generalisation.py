@@ -31,14 +31,19 @@ STEPS = 400
 # recipe (2026-12-01: lanes through their token, lane mask, box-aware 3D; another initialisation
 # order) mAP 0.062, light AP50 0.138, so the light floor sits at half of that. Lane F1 stays at
 # 0.00 at this budget (0.06-0.07 in the demo): the lane head does not generalise at 400 steps yet
-# (README, convergence study). Its F1 is printed so that the day it moves is seen.
+# (README, convergence study). Its F1 is printed so that the day it moves is seen. With deformable
+# cross-attention in the obstacle head (2026-12-02, the shipped configs' setting): mAP 0.058, light AP50
+# 0.213. The demo's full query recipe (also one dense class positive per object and one-to-many obstacle
+# classes + 2D NMS) scored mAP 0.009 here at 400 steps, under the floor: at this budget and data size it
+# is not the better recipe, so this test keeps the default matcher.
 FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07}
 # Held-out class loss with the right targets / with another image's targets must stay below these
 # (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.649, lights 0.748 (0.752
 # and 0.677 without ReferenceSampler); with the lanes proposed through their token, the lane-marking
 # mask and the box-aware 3D MLP (2026-12-01): obstacles 0.672, lights 0.717, lanes 0.932. The lane
 # head still barely reads the image at this budget, so it is printed, not asserted; the lane target
-# of the generalisation issue is open.
+# of the generalisation issue is open. With the deformable obstacle head (2026-12-02): obstacles 0.638,
+# lights 0.697, lanes 0.832.
 SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8}
 HEADS = dict(drivable=dict(channels=32, num_classes=2),
              obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256, cross_attention="deformable"),
@@ -69,9 +74,6 @@ def test_query_heads_score_on_held_out_scenes_and_read_the_image(scenes, tmp_pat
         nuscenes, model=dict(TINY_MODEL, heads=HEADS), loss_weights=dict(ALL_LOSS_WEIGHTS, drivable_ce=5.0,
                                                                          drivable_dice=5.0),
         bdd100k=dict(data_root=bdd, sample_fraction=0.4), batch_size=8, num_workers=1,
-        # The demo's query recipe: one dense class positive per object, one-to-many obstacle classes + 2D NMS.
-        matcher=dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6),
-        postprocess=dict(obstacle_nms_iou=0.3),
         optimizer=dict(lr=1e-3, weight_decay=0.01, backbone_lr_mult=1.0),
         scheduler=dict(warmup_steps=30, warmup_ratio=0.01, min_lr_ratio=0.02),
         trainer=dict(max_steps=STEPS, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
