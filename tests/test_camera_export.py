@@ -51,10 +51,10 @@ def four_task_model():
     torch.manual_seed(0)
     # drop_path_rate > 0 as in the real configs: timm's DropPath once traced into a graph 2e-3 off PyTorch.
     backbone = dict(TINY_MODEL["backbone"], drop_path_rate=0.2)
-    # The lanes' optional snap to the marking map runs in the graph (GridSample + Softmax), and the lights'
-    # deformable cross-attention (a GridSample per memory level): both exported here too.
+    # The lanes' optional snap to the marking map runs in the graph (GridSample + Softmax), and the obstacles'
+    # deformable cross-attention (a GridSample per memory level; INT8 in the Q/DQ graph): both exported here too.
     heads = dict(ALL_HEADS, lanes=dict(ALL_HEADS["lanes"], marking_refinement=True),
-                 lights=dict(ALL_HEADS["lights"], cross_attention="deformable"))
+                 obstacles=dict(ALL_HEADS["obstacles"], cross_attention="deformable"))
     cfg = parse_config(experiment_dict("unused", model=dict(TINY_MODEL, backbone=backbone, heads=heads),
                                        bdd100k=dict(data_root="unused")))
     model = build_model(cfg.model, INPUT_SIZE)
