@@ -74,6 +74,9 @@ VARIANTS = {
                              {"model.heads.obstacles.cross_attention": "deformable",
                               "model.heads.lanes.cross_attention": "dense",
                               "model.heads.lights.cross_attention": "dense"}),
+    "light_one_to_many": ("the light head trained one-to-many too (every query on a light at 2D IoU >= 0.5 is a "
+                          "class positive) and decoded with a per-state 2D NMS at 0.3, as the obstacles are",
+                          {"matcher.light_one_to_many_iou": 0.5, "postprocess.light_nms_iou": 0.3}),
     "dense_attention": ("every query head attends densely to all memory tokens: the demo recipe before "
                         "deformable cross-attention (run 4)",
                         {"model.heads.obstacles.cross_attention": "dense",

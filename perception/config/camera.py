@@ -71,6 +71,8 @@ class MatcherConfig:
     # Hungarian match (DETA, "NMS strikes back"); pair it with postprocess.obstacle_nms_iou, which removes the
     # duplicates this leaves (the cameras' BEV merge catches only those within a merge radius). None: off.
     obstacle_one_to_many_iou: float | None = None
+    # Traffic lights: the same one-to-many class targets for the light head; pair it with postprocess.light_nms_iou.
+    light_one_to_many_iou: float | None = None
 
 
 @dataclass
@@ -82,6 +84,7 @@ class PostprocessConfig:
     lane_visibility_threshold: float = 0.5
     light_max_per_image: int = 30
     light_score_threshold: float = 0.05
+    light_nms_iou: float | None = None  # per-class 2D NMS of the light boxes; None: NMS-free
 
 
 @dataclass
@@ -159,15 +162,15 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
-    nms = cfg.postprocess.obstacle_nms_iou
-    if nms is not None and not 0.0 < nms <= 1.0:
-        raise ConfigError(f"postprocess.obstacle_nms_iou must be in (0, 1] or None, got {nms!r}")
-    iou = cfg.matcher.obstacle_one_to_many_iou
-    if iou is not None and not 0.0 < iou <= 1.0:
-        raise ConfigError(f"matcher.obstacle_one_to_many_iou must be in (0, 1] or None, got {iou!r}")
-    if iou is not None and cfg.matcher.iou_aware_classification:
-        raise ConfigError("matcher.obstacle_one_to_many_iou and matcher.iou_aware_classification are alternatives "
-                          "for the obstacles' class targets: set one of them")
+    for key in ("postprocess.obstacle_nms_iou", "postprocess.light_nms_iou", "matcher.obstacle_one_to_many_iou",
+                "matcher.light_one_to_many_iou"):
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ConfigError(f"{key} must be in (0, 1] or None, got {value!r}")
+        if section == "matcher" and value is not None and cfg.matcher.iou_aware_classification:
+            raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
+                              "class targets: set one of them")
     if cfg.matcher.dense_class_positives not in ("all", "one"):
         raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
                           f"{cfg.matcher.dense_class_positives!r}")

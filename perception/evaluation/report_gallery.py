@@ -77,7 +77,7 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
     if "lights" in tasks and "lights.logits" in outputs and meta["lights_gt"] is not None:
         drawing.draw_boxes_2d(canvas, meta["lights_gt"]["boxes_xyxy"])
         drawing.draw_lights(canvas, decode_lights(outputs, 0, input_size, meta["affine"], post.light_max_per_image,
-                                                  post.light_score_threshold), REPORT_MIN_SCORE)
+                                                  post.light_score_threshold, post.light_nms_iou), REPORT_MIN_SCORE)
     if "obstacles" in tasks and "obstacles.logits" in outputs and meta["dataset"] == "nuscenes":
         original_intrinsics = np.linalg.inv(meta["affine"]) @ np.asarray(meta["intrinsics"], np.float64)
         truth_boxes = visible_truth_boxes(info, cfg.min_obstacle_visibility)

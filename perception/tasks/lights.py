@@ -34,7 +34,7 @@ class LightTask(Task):
         "lights.boxes": "[B,Q,4] 2D box (cx, cy, w, h) normalised to [0, 1] of the network input",
     }
     class_names = {"lights": list(LIGHT_STATES)}
-    postprocess_code = "perception.postprocess.lights.decode_lights (sigmoid -> top-k, no NMS)"
+    postprocess_code = "perception.postprocess.lights.decode_lights (sigmoid -> top-k, per-class NMS if configured)"
     query_outputs = True
     int8_float = True  # small boxes: INT8 cost light AP50 (perception.export.int8)
 
@@ -50,7 +50,7 @@ class LightTask(Task):
         return LightHead(in_channels, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
-        return box_set_criterion(LightCriterion, cfg.matcher)
+        return box_set_criterion(LightCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.light_one_to_many_iou)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "boxes_xyxy": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}
@@ -66,7 +66,7 @@ class LightTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None) -> dict:
         """boxes_xyxy [N,4] original px, labels [N] (LIGHT_STATES), scores [N]."""
         return decode_lights(outputs, i, tuple(input_size), affine, post.light_max_per_image,
-                             post.light_score_threshold)
+                             post.light_score_threshold, post.light_nms_iou)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_lights
