@@ -1,8 +1,10 @@
-"""One-to-many class targets for obstacles (matcher.obstacle_one_to_many_iou, DETA's IoU assignment): a
-duplicate query on an object is a class positive, not taught "nothing here"; box losses stay one-to-one."""
+"""One-to-many class targets for the box heads (matcher.obstacle_one_to_many_iou, matcher.light_one_to_many_iou;
+DETA's IoU assignment): a duplicate query on an object is a class positive, not taught "nothing here"; box losses
+stay one-to-one. The duplicates this leaves are removed by the per-class 2D NMS of post-processing."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -40,13 +42,45 @@ def test_a_duplicate_is_pushed_down_only_without_one_to_many(one_to_many):
     assert boxes.grad[0, 1].abs().sum() == 0  # its box is not regressed either way (one-to-one)
 
 
-def test_config_rejects_a_bad_threshold_and_the_conflict_with_iou_aware():
+@pytest.mark.parametrize("head", ["obstacle", "light"])
+def test_config_rejects_a_bad_threshold_and_the_conflict_with_iou_aware(head):
     from conftest import experiment_dict
 
     from perception.config import parse_config
 
-    with pytest.raises(ConfigError, match="obstacle_one_to_many_iou"):
-        parse_config(experiment_dict("unused", matcher=dict(obstacle_one_to_many_iou=1.5)))
+    key = f"{head}_one_to_many_iou"
+    with pytest.raises(ConfigError, match=f"matcher.{key}"):
+        parse_config(experiment_dict("unused", matcher={key: 1.5}))
     with pytest.raises(ConfigError, match="alternatives"):
-        parse_config(experiment_dict("unused", matcher=dict(obstacle_one_to_many_iou=0.6,
-                                                            iou_aware_classification=True)))
+        parse_config(experiment_dict("unused", matcher={key: 0.6, "iou_aware_classification": True}))
+    with pytest.raises(ConfigError, match=f"postprocess.{head}_nms_iou"):
+        parse_config(experiment_dict("unused", postprocess={f"{head}_nms_iou": 0.0}))
+
+
+def test_the_light_criterion_is_built_one_to_many_from_the_config():
+    from conftest import experiment_dict
+
+    from perception.config import parse_config
+    from perception.tasks.lights import LIGHTS
+
+    cfg = parse_config(experiment_dict("unused", matcher=dict(light_one_to_many_iou=0.5)))
+    assert LIGHTS.build_criterion(cfg).one_to_many_iou == 0.5
+    assert LIGHTS.build_criterion(parse_config(experiment_dict("unused"))).one_to_many_iou is None
+
+
+def test_light_nms_drops_same_state_duplicates_only():
+    from perception.postprocess.lights import decode_lights
+
+    logits = torch.full((1, 4, 4), -8.0)
+    # Queries 0 and 1: one red light twice (IoU 0.83); query 2: green on the same spot; query 3: red elsewhere.
+    boxes = torch.tensor([[[0.5, 0.5, 0.2, 0.2], [0.52, 0.5, 0.22, 0.2], [0.5, 0.5, 0.2, 0.2], [0.1, 0.1, 0.1, 0.1]]])
+    for query, label, logit in ((0, 1, 3.0), (1, 1, 2.0), (2, 0, 1.0), (3, 1, 0.5)):
+        logits[0, query, label] = logit
+    outputs = {"lights.logits": logits, "lights.boxes": boxes}
+    identity = np.eye(3)
+    free = decode_lights(outputs, 0, (100, 200), identity, 10, 0.3)
+    assert free["labels"].tolist() == [1, 1, 0, 1]  # NMS-free: the duplicate stays
+    kept = decode_lights(outputs, 0, (100, 200), identity, 10, 0.3, nms_iou=0.5)
+    assert kept["labels"].tolist() == [1, 0, 1]
+    assert np.allclose(kept["scores"], torch.sigmoid(torch.tensor([3.0, 1.0, 0.5])).numpy())
+    assert np.allclose(kept["boxes_xyxy"][0], [80.0, 40.0, 120.0, 60.0])  # input px through the affine
