@@ -65,6 +65,9 @@ VARIANTS = {
     "lane_marking_r8": ("the lane_marking snap searching 8 cells (32 px of the input) on each side instead of 4: "
                         "the decoder's best query is a median 13-17 px off (run 5, held-out)",
                         {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.snap_radius": 8}),
+    "lane_marking_row": ("the lane_marking snap over the whole row under a Gaussian prior around the query's x "
+                         "(learned width, 4 cells to start) instead of a hard window",
+                         {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row"}),
     "one_to_one": ("obstacles trained one-to-one (only the Hungarian match is a class positive) and decoded "
                    "NMS-free: the demo recipe before one-to-many class targets",
                    {"matcher.obstacle_one_to_many_iou": None, "postprocess.obstacle_nms_iou": None}),

@@ -54,3 +54,45 @@ def test_lane_head_snaps_its_final_points_and_trains_the_map():
     head.eval()
     with torch.no_grad():
         assert "lanes.dense.mask" not in head(levels)
+
+
+def _row_search(points, marking, sigma_cells=4.0):
+    from perception.models.heads.lane_marking import locate_on_rows
+
+    row_y = (torch.arange(points.shape[-1], dtype=torch.float32) + 0.5) / points.shape[-1]
+    return locate_on_rows(points, row_y, marking, torch.tensor(sigma_cells).log(), torch.tensor(0.0))
+
+
+def test_row_search_finds_a_marking_beyond_the_window_radius_with_sub_cell_precision():
+    width = 28
+    marking = _marking_with_line(x_cell=10.3, width=width)
+    located = _row_search(torch.full((1, 2, 6), 16.5 / width), marking)  # 6.2 cells right: outside radius 4
+    assert (located * width - 10.3).abs().max() < 0.5, located * width  # the prior pulls a little toward x
+
+
+def test_row_search_prefers_the_nearer_of_two_markings():
+    width = 40
+    marking = torch.maximum(_marking_with_line(x_cell=10.5, width=width), _marking_with_line(x_cell=25.5, width=width))
+    located = _row_search(torch.full((1, 1, 4), 22.0 / width), marking)  # 3.5 cells from one, 11.5 from the other
+    assert (located * width - 25.5).abs().max() < 0.5, located * width
+
+
+def test_row_search_keeps_x_without_a_marking_and_off_the_image():
+    width = 28
+    start = torch.tensor([[[0.3, 0.6, -0.2, 1.3]]])  # the last two: the lane is off the image at those rows
+    located = _row_search(start, torch.full((1, 1, 14, width), -8.0))
+    assert torch.allclose(located[..., :2], start[..., :2], atol=2e-3)  # flat map: the prior's mean is x itself
+    assert torch.allclose(located[..., 2:], start[..., 2:], atol=1e-3)  # the prior vanishes in the image: stay
+
+
+def test_lane_head_with_row_search_learns_the_prior_width():
+    torch.manual_seed(0)
+    levels = [torch.randn(2, 16, 16 // k, 32 // k) for k in (1, 2, 4, 8)]
+    head = LaneHead(16, dim=32, num_queries=5, num_layers=2, num_points=8, ffn_dim=64, marking_refinement=True,
+                    marking_search="row")
+    head.train()
+    outputs = head(levels)
+    assert outputs["lanes.points"].shape == (2, 5, 8)
+    (outputs["lanes.points"] * torch.linspace(-1, 1, 8)).sum().backward()
+    assert head.log_sigma.grad is not None and head.log_sigma.grad.abs() > 0
+    assert head.marking.classifier.weight.grad.abs().sum() > 0

@@ -31,6 +31,9 @@ class LaneHeadConfig(QueryDecoderConfig):
     # The final points snap to a stride-4 lane-marking map within snap_radius cells (models/heads/lane_marking.py).
     marking_refinement: bool = False
     snap_radius: int = 4
+    # How the snap searches: "window" (within snap_radius cells) or "row" (the whole row under a Gaussian prior
+    # around the query's x, learned width).
+    marking_search: str = "window"
 
 
 class LaneTask(Task):
@@ -56,12 +59,15 @@ class LaneTask(Task):
         if head.snap_radius < 1:
             raise ConfigError(f"model.heads.lanes.snap_radius must be >= 1 (cells of the stride-4 marking map), "
                               f"got {head.snap_radius}")
+        if head.marking_search not in ("window", "row"):
+            raise ConfigError(f"model.heads.lanes.marking_search must be 'window' or 'row', "
+                              f"got {head.marking_search!r}")
 
     def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.lanes import LaneHead
 
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
-                        snap_radius=head.snap_radius, **head.decoder_kwargs())
+                        snap_radius=head.snap_radius, marking_search=head.marking_search, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

@@ -13,6 +13,11 @@ what CNN lane detectors (SCNN, LaneAF) do well, and the query's points then move
   gives the row's shift (a soft arg-max, differentiable, sub-cell). Where no marking is near (dashes'
   gaps, rows past the painted end), the stay logit wins and the point keeps the decoder's x.
 
+- ``locate_on_rows`` (``marking_search="row"``): the same soft arg-max over the whole row of the map,
+  weighted by a Gaussian prior around the query's x (learned width, 4 cells to start) instead of a hard
+  window: a near marking wins over a far one, a far one is still reachable, and the stay logit keeps
+  x where the row shows no marking (or the point lies off the image).
+
 Standard ONNX only (Conv, GridSample, Softmax, ReduceSum): TensorRT runs it without plugins.
 """
 
@@ -59,3 +64,26 @@ def snap_to_marking(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Te
     stay = stay_logit.to(points.dtype).expand(batch, queries, rows, 1)
     weights = torch.cat([logits, stay], dim=-1).softmax(dim=-1)  # (B, Q, P, S + 1); the last: stay at offset 0
     return points + (weights[..., :-1] * offsets).sum(-1)
+
+
+def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, log_sigma: torch.Tensor,
+                   stay_logit: torch.Tensor) -> torch.Tensor:
+    """Move each row's x to the marking most likely under a Gaussian prior around it.
+
+    points [B,Q,P]: x at the anchor rows, normalised by the input width; row_y [P]: the rows' y in [0, 1];
+    marking [B,1,h,w] logits; log_sigma: scalar log of the prior's width in map cells; stay_logit: scalar
+    logit of keeping x. Returns x [B,Q,P]: the expectation over the row's w cell centres and x itself.
+    """
+    batch, queries, rows = points.shape
+    width = marking.shape[-1]
+    centres = (torch.arange(width, device=points.device, dtype=points.dtype) + 0.5) / width  # (w,)
+    grid_x = centres[None, None, :].expand(batch, rows, width)
+    grid_y = row_y.to(points.dtype)[None, :, None].expand(batch, rows, width)
+    grid = torch.stack([grid_x, grid_y], dim=-1) * 2 - 1  # (B, P, w, 2): every cell of each anchor row
+    row_logits = F.grid_sample(marking.to(points.dtype), grid, mode="bilinear", padding_mode="border",
+                               align_corners=False)  # (B, 1, P, w)
+    distance = (centres - points[..., None]) * (width / log_sigma.to(points.dtype).exp())  # (B, Q, P, w), sigmas
+    logits = row_logits - 0.5 * distance.square()  # broadcast over queries
+    stay = stay_logit.to(points.dtype).expand(batch, queries, rows, 1)
+    weights = torch.cat([logits, stay], dim=-1).softmax(dim=-1)  # (B, Q, P, w + 1); the last: stay at x
+    return (weights[..., :-1] * centres).sum(-1) + weights[..., -1] * points

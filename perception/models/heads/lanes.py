@@ -21,11 +21,13 @@ export see points.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from perception.core.lane_coding import LANE_CLASSES, anchor_rows
-from perception.models.heads.lane_marking import MarkingMap, snap_to_marking
+from perception.models.heads.lane_marking import MarkingMap, locate_on_rows, snap_to_marking
 from perception.models.heads.query_decoder import QueryDecoderHead
 from perception.models.heads.query_memory import MLP, zero_last_layer
 
@@ -53,7 +55,7 @@ class LaneHead(QueryDecoderHead):
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
-                 cross_attention: str = "dense"):
+                 cross_attention: str = "dense", marking_search: str = "window"):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
@@ -74,6 +76,11 @@ class LaneHead(QueryDecoderHead):
             self.marking = MarkingMap(in_channels, marking_channels)
             self.stay_logit = nn.Parameter(torch.zeros(()))
             self.snap_radius = snap_radius
+            if marking_search not in ("window", "row"):
+                raise ValueError(f"marking_search must be 'window' or 'row', got {marking_search!r}")
+            self.marking_search = marking_search
+            # "row": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start).
+            self.log_sigma = nn.Parameter(torch.tensor(math.log(4.0))) if marking_search == "row" else None
         else:
             # Training only: lane markings as a mask on the finest memory level (a linear probe of its
             # features, the same features the reference sampler reads), absent from the exported graph.
@@ -131,8 +138,12 @@ class LaneHead(QueryDecoderHead):
         outputs = super().forward(levels)
         if self.marking is not None:
             marking = self.marking(levels[0])  # (B, 1, H/4, W/4) logits
-            outputs["lanes.points"] = snap_to_marking(outputs["lanes.points"], self.row_y, marking,
-                                                      self.snap_radius, self.stay_logit)
+            if self.log_sigma is not None:
+                outputs["lanes.points"] = locate_on_rows(outputs["lanes.points"], self.row_y, marking,
+                                                         self.log_sigma, self.stay_logit)
+            else:
+                outputs["lanes.points"] = snap_to_marking(outputs["lanes.points"], self.row_y, marking,
+                                                          self.snap_radius, self.stay_logit)
             if self.training:
                 outputs["lanes.dense.mask"] = marking
         return outputs
