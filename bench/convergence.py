@@ -68,6 +68,10 @@ VARIANTS = {
     "lane_marking_row": ("the lane_marking snap over the whole row under a Gaussian prior around the query's x "
                          "(learned width, 4 cells to start) instead of a hard window",
                          {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row"}),
+    "lane_marking_subcell": ("lane_marking_row + a sub-cell offset per marking-map cell (tanh, +-1 cell) and a "
+                             "learned sharpness of the map's logits in the row's soft arg-max",
+                             {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row",
+                              "model.heads.lanes.marking_offsets": True}),
     "one_to_one": ("obstacles trained one-to-one (only the Hungarian match is a class positive) and decoded "
                    "NMS-free: the demo recipe before one-to-many class targets",
                    {"matcher.obstacle_one_to_many_iou": None, "postprocess.obstacle_nms_iou": None}),

@@ -96,3 +96,42 @@ def test_lane_head_with_row_search_learns_the_prior_width():
     (outputs["lanes.points"] * torch.linspace(-1, 1, 8)).sum().backward()
     assert head.log_sigma.grad is not None and head.log_sigma.grad.abs() > 0
     assert head.marking.classifier.weight.grad.abs().sum() > 0
+
+
+def test_sub_cell_offsets_place_the_marking_inside_its_cell():
+    from perception.models.heads.lane_marking import locate_on_rows
+
+    width, rows = 28, 4
+    row_y = (torch.arange(rows, dtype=torch.float32) + 0.5) / rows
+    logits = torch.full((1, 1, 14, width), -8.0)
+    logits[..., 10] = 8.0  # the marking is in cell 10 (centre 10.5) ...
+    offsets = torch.zeros(1, 1, 14, width)
+    offsets[..., 10] = -0.2  # ... 0.2 cells left of its centre
+    start = torch.full((1, 1, rows), 12.0 / width)
+    args = (start, row_y)
+    plain = locate_on_rows(*args, logits, torch.tensor(4.0).log(), torch.tensor(0.0))
+    placed = locate_on_rows(*args, torch.cat([logits, offsets], 1), torch.tensor(4.0).log(), torch.tensor(0.0),
+                            log_sharpness=torch.tensor(0.0))
+    assert (plain * width - 10.5).abs().max() < 0.05
+    assert (placed * width - 10.3).abs().max() < 0.05
+
+
+def test_lane_head_with_offsets_trains_them_and_the_sharpness():
+    torch.manual_seed(0)
+    levels = [torch.randn(2, 16, 16 // k, 32 // k) for k in (1, 2, 4, 8)]
+    head = LaneHead(16, dim=32, num_queries=5, num_layers=2, num_points=8, ffn_dim=64, marking_refinement=True,
+                    marking_search="row", marking_offsets=True)
+    head.train()
+    outputs = head(levels)
+    assert outputs["lanes.dense.mask"].shape == (2, 1, 16, 32)  # the logits only: the mask loss's input
+    (outputs["lanes.points"] * torch.linspace(-1, 1, 8)).sum().backward()
+    assert head.marking.offset.weight.grad.abs().sum() > 0
+    assert head.log_sharpness.grad is not None
+
+
+def test_offsets_need_the_row_search():
+    import pytest
+
+    with pytest.raises(ValueError, match="marking_search='row'"):
+        LaneHead(16, dim=32, num_queries=5, num_layers=2, num_points=8, ffn_dim=64, marking_refinement=True,
+                 marking_offsets=True)

@@ -34,6 +34,8 @@ class LaneHeadConfig(QueryDecoderConfig):
     # How the snap searches: "window" (within snap_radius cells) or "row" (the whole row under a Gaussian prior
     # around the query's x, learned width).
     marking_search: str = "window"
+    # With marking_search="row": a sub-cell offset per map cell and a learned sharpness of the map's logits.
+    marking_offsets: bool = False
 
 
 class LaneTask(Task):
@@ -62,12 +64,15 @@ class LaneTask(Task):
         if head.marking_search not in ("window", "row"):
             raise ConfigError(f"model.heads.lanes.marking_search must be 'window' or 'row', "
                               f"got {head.marking_search!r}")
+        if head.marking_offsets and head.marking_search != "row":
+            raise ConfigError("model.heads.lanes.marking_offsets needs model.heads.lanes.marking_search='row'")
 
     def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.lanes import LaneHead
 
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
-                        snap_radius=head.snap_radius, marking_search=head.marking_search, **head.decoder_kwargs())
+                        snap_radius=head.snap_radius, marking_search=head.marking_search,
+                        marking_offsets=head.marking_offsets, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

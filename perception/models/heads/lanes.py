@@ -55,7 +55,7 @@ class LaneHead(QueryDecoderHead):
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
-                 cross_attention: str = "dense", marking_search: str = "window"):
+                 cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
@@ -73,7 +73,9 @@ class LaneHead(QueryDecoderHead):
         if marking_refinement:
             # The final points snap to a stride-4 marking map (lane_marking.py); the map is also the
             # auxiliary mask the criterion trains (``lanes.dense.mask``).
-            self.marking = MarkingMap(in_channels, marking_channels)
+            if marking_offsets and marking_search != "row":
+                raise ValueError("marking_offsets needs marking_search='row'")
+            self.marking = MarkingMap(in_channels, marking_channels, offsets=marking_offsets)
             self.stay_logit = nn.Parameter(torch.zeros(()))
             self.snap_radius = snap_radius
             if marking_search not in ("window", "row"):
@@ -81,6 +83,7 @@ class LaneHead(QueryDecoderHead):
             self.marking_search = marking_search
             # "row": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start).
             self.log_sigma = nn.Parameter(torch.tensor(math.log(4.0))) if marking_search == "row" else None
+            self.log_sharpness = nn.Parameter(torch.zeros(())) if marking_offsets else None
         else:
             # Training only: lane markings as a mask on the finest memory level (a linear probe of its
             # features, the same features the reference sampler reads), absent from the exported graph.
@@ -137,13 +140,13 @@ class LaneHead(QueryDecoderHead):
         """
         outputs = super().forward(levels)
         if self.marking is not None:
-            marking = self.marking(levels[0])  # (B, 1, H/4, W/4) logits
+            marking = self.marking(levels[0])  # (B, 1, H/4, W/4) logits; with offsets (B, 2, ...): + offsets
             if self.log_sigma is not None:
                 outputs["lanes.points"] = locate_on_rows(outputs["lanes.points"], self.row_y, marking,
-                                                         self.log_sigma, self.stay_logit)
+                                                         self.log_sigma, self.stay_logit, self.log_sharpness)
             else:
                 outputs["lanes.points"] = snap_to_marking(outputs["lanes.points"], self.row_y, marking,
                                                           self.snap_radius, self.stay_logit)
             if self.training:
-                outputs["lanes.dense.mask"] = marking
+                outputs["lanes.dense.mask"] = marking[:, :1]
         return outputs
