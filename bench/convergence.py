@@ -62,9 +62,6 @@ VARIANTS = {
     "lane_marking": ("the lane head's final points snap to a stride-4 lane-marking map (a small CNN, also the "
                      "auxiliary mask) by a per-row soft arg-max within 4 cells",
                      {"model.heads.lanes.marking_refinement": True}),
-    "lane_marking_r8": ("the lane_marking snap searching 8 cells (32 px of the input) on each side instead of 4: "
-                        "the decoder's best query is a median 13-17 px off (run 5, held-out)",
-                        {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.snap_radius": 8}),
     "lane_marking_row": ("the lane_marking snap over the whole row under a Gaussian prior around the query's x "
                          "(learned width, 4 cells to start) instead of a hard window",
                          {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row"}),
