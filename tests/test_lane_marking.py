@@ -1,5 +1,6 @@
 """Lane points snapped to the marking map (perception/models/heads/lane_marking.py)."""
 
+import pytest
 import torch
 
 from perception.models.heads.lane_marking import snap_to_marking
@@ -130,8 +131,6 @@ def test_lane_head_with_offsets_trains_them_and_the_sharpness():
 
 
 def test_offsets_need_the_row_search():
-    import pytest
-
     with pytest.raises(ValueError, match="marking_search='row'"):
         LaneHead(16, dim=32, num_queries=5, num_layers=2, num_points=8, ffn_dim=64, marking_refinement=True,
                  marking_offsets=True)

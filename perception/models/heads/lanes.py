@@ -80,8 +80,7 @@ class LaneHead(QueryDecoderHead):
             self.snap_radius = snap_radius
             if marking_search not in ("window", "row"):
                 raise ValueError(f"marking_search must be 'window' or 'row', got {marking_search!r}")
-            self.marking_search = marking_search
-            # "row": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start).
+            # "row": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start); None: window.
             self.log_sigma = nn.Parameter(torch.tensor(math.log(4.0))) if marking_search == "row" else None
             self.log_sharpness = nn.Parameter(torch.zeros(())) if marking_offsets else None
         else:
