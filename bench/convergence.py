@@ -69,6 +69,9 @@ VARIANTS = {
                              "learned sharpness of the map's logits in the row's soft arg-max",
                              {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row",
                               "model.heads.lanes.marking_offsets": True}),
+    "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "
+                      "L1: per visible row the predicted and true x widened to +-15/800 of the width, IoU summed "
+                      "over the rows", {"loss_weights.lane_line_iou": 2.0}),
     "one_to_one": ("obstacles trained one-to-one (only the Hungarian match is a class positive) and decoded "
                    "NMS-free: the demo recipe before one-to-many class targets",
                    {"matcher.obstacle_one_to_many_iou": None, "postprocess.obstacle_nms_iou": None}),

@@ -1,4 +1,5 @@
-"""Lane matching and set criterion: focal class loss, L1 on the visible rows, visibility BCE.
+"""Lane matching and set criterion: focal class loss, L1 on the visible rows, visibility BCE and, when
+its weight is set, CLRNet's line IoU.
 
 Ground-truth polylines (input pixels) are encoded to the head's row anchors here, so the dataset
 stays independent of the model's number of rows. Only images that carry lane labels count; an
@@ -21,7 +22,26 @@ from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
+LINE_IOU_LOSS = "lane_line_iou"  # on only when loss_weights.lane_line_iou > 0 (LaneTask.build_criterion)
 MASK_LINE_WIDTH = 1  # cells of the mask's level a lane is drawn across
+# Half width of the segments the line IoU compares, normalised by the input width: CLRNet's 15 px at its
+# 800-px input (CULane's metric draws 15 px either side at 1640; the wider segments keep overlap, and so a
+# smooth gradient, for lanes still tens of pixels off).
+LINE_IOU_HALF_WIDTH = 15.0 / 800.0
+
+
+def line_iou_loss(points: torch.Tensor, target: torch.Tensor, visible: torch.Tensor,
+                  half_width: float = LINE_IOU_HALF_WIDTH) -> torch.Tensor:
+    """1 - line IoU per lane (CLRNet, Zheng et al. 2022): every visible row widens the predicted and the
+    true x into segments [x - e, x + e]; IoU = summed overlap / summed union over those rows. The overlap
+    goes negative for segments apart, so a far lane still feels its distance; unlike L1 the loss is
+    scale-free, read on the rows the metric reads. points, target [K,P] x normalised by the input width;
+    visible [K,P] bool or 0/1. Returns [K]."""
+    visible = visible.float()
+    overlap = (torch.minimum(points, target) - torch.maximum(points, target)) + 2 * half_width  # 2e - |dx|
+    union = (torch.maximum(points, target) - torch.minimum(points, target)) + 2 * half_width  # 2e + |dx|
+    iou = (overlap * visible).sum(-1) / (union * visible).sum(-1).clamp(min=1e-9)
+    return 1.0 - iou
 
 
 def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Tensor:
@@ -84,8 +104,21 @@ class LaneCriterion(SetCriterion):
     loss_names = LOSS_NAMES
 
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0, dense_class_positives: str = "all"):
+                 dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False):
+        """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
+        self.line_iou = line_iou
+        self.loss_names = LOSS_NAMES + ((LINE_IOU_LOSS,) if line_iou else ())
+
+    def point_losses(self, points: torch.Tensor, target: torch.Tensor, visible: torch.Tensor,
+                     count: float) -> dict[str, torch.Tensor]:
+        """L1 over the visible rows (and the line IoU when on) of K paired lanes [K,P], summed over them / count."""
+        visible = visible.float()
+        per_lane = ((points - target).abs() * visible).sum(-1) / visible.sum(-1).clamp(min=1)
+        losses = {"lane_points": per_lane.sum() / count}
+        if self.line_iou:
+            losses[LINE_IOU_LOSS] = line_iou_loss(points, target, visible).sum() / count
+        return losses
 
     def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
                      input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
@@ -99,10 +132,9 @@ class LaneCriterion(SetCriterion):
         losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
         batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         gt_points = torch.cat([t["points"] for t in targets])[flat]
-        visible = torch.cat([t["visible"] for t in targets])[flat].float()
-        distance = (pred["points"][batch_index, token_index] - gt_points).abs()
-        per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
-        losses["lane_points"] = per_lane.sum() / max(len(batch_index), 1)
+        visible = torch.cat([t["visible"] for t in targets])[flat]
+        losses.update(self.point_losses(pred["points"][batch_index, token_index], gt_points, visible,
+                                        max(len(batch_index), 1)))
         if "mask" in pred:
             losses["lane_mask"] = lane_mask_loss(pred["mask"], targets)
         return losses
@@ -140,9 +172,8 @@ class LaneCriterion(SetCriterion):
         losses = {"lane_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
                                               num_targets)}
         visible = matched["visible"].float()  # (K, P)
-        distance = (pred["points"][batch_index, query_index] - matched["points"]).abs()
-        per_lane = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
-        losses["lane_points"] = per_lane.sum() / num_targets
+        losses.update(self.point_losses(pred["points"][batch_index, query_index], matched["points"], visible,
+                                        num_targets))
         if "visibility" in pred:  # encoder proposals carry only classes and points
             visibility_logits = pred["visibility"][batch_index, query_index]
             losses["lane_visibility"] = F.binary_cross_entropy_with_logits(

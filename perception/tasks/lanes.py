@@ -14,7 +14,7 @@ import torch
 
 from perception.core.errors import ConfigError
 from perception.core.lane_coding import LANE_CLASSES
-from perception.losses.lane_loss import LaneCriterion, LaneMatcher
+from perception.losses.lane_loss import LINE_IOU_LOSS, LOSS_NAMES, LaneCriterion, LaneMatcher
 from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
 from perception.metrics.lanes import LaneF1, match_lanes
 from perception.postprocess.lanes import decode_lanes
@@ -42,7 +42,7 @@ class LaneTask(Task):
     name = "lanes"
     config_class = LaneHeadConfig
     labelled_datasets = ("nuscenes", "bdd100k")
-    loss_names = LaneCriterion.loss_names
+    loss_names = LOSS_NAMES + (LINE_IOU_LOSS,)  # lane_line_iou is computed only when its weight is > 0
     output_meanings = {
         "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
         "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
@@ -77,7 +77,8 @@ class LaneTask(Task):
     def build_criterion(self, cfg):
         m = cfg.matcher
         return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
-                             dense_class_positives=m.dense_class_positives)
+                             dense_class_positives=m.dense_class_positives,
+                             line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
