@@ -12,7 +12,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo demo-data demo-deploy demo-motion test test-overfit bench lint clean
+.PHONY: install demo demo-data demo-deploy demo-motion test test-overfit test-extended bench lint clean
 
 install: $(STAMP)
 
@@ -65,12 +65,15 @@ demo-motion: $(STAMP) $(MOTION_DATA)/.complete
 	$(PY) tools/export_onnx.py configs/motion_synthetic.py $(MOTION_WORK)/checkpoints/last.ckpt \
 		--out $(MOTION_WORK)/forecaster.onnx
 
-# 16-21 minutes on 2 cores; the overfitting tier (another ~6) runs in CI after it (.ci/run).
+# About 15 minutes on 2 cores; the overfitting tier (~7) and the extended tier (~3) run in CI after it (.ci/run).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not gpu and not overfit"
+	$(PY) -m pytest -q -m "not gpu and not overfit and not extended"
 
 test-overfit: $(STAMP)
 	$(PY) -m pytest -q -m "overfit and not gpu"
+
+test-extended: $(STAMP)
+	$(PY) -m pytest -q -m "extended and not gpu"
 
 bench: $(STAMP)
 	$(PY) bench/train_step_rate.py

@@ -38,6 +38,7 @@ def _run(command: list[str], **env_vars) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 44 s
 def test_ddp_training_and_distributed_evaluation_match_one_process(small_dataset, tmp_path):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     # DDP training on two gloo processes: tools/dist_train.sh -> torchrun -> the same tools/train.py.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from nuscenes.map_expansion.map_api import NuScenesMap
 from shapely import contains_xy
 from shapely.ops import unary_union
@@ -13,6 +14,7 @@ from perception.data.label_cache import build_label_cache, load_label_cache
 from perception.data.mask_codec import read_mask
 
 
+@pytest.mark.extended  # 20 s
 def test_projected_mask_agrees_with_map_polygons(small_dataset, tmp_path):
     cameras = ["CAM_FRONT", "CAM_BACK_LEFT"]
     directory = build_label_cache(small_dataset, "v1.0-trainval", "synthetic_val", cameras, str(tmp_path),

@@ -59,6 +59,7 @@ def _foreignise(root: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # 37 s
 def test_tools_train_and_test_on_a_mini_like_dataset(tmp_path):
     root = str(tmp_path / "nuscenes")
     spec = SyntheticSpec(scenes=2, samples_per_scene=2, cameras=6, image_size=(1600, 900), val_scenes=1,

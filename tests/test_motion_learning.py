@@ -61,6 +61,7 @@ def test_overfits_a_few_agents_to_a_low_min_ade(motion_dataset):
     assert after < 0.5  # measured 0.27 m
 
 
+@pytest.mark.extended  # 88 s: the forecaster's held-out test
 def test_trained_forecaster_beats_constant_velocity_with_devkit_metrics(motion_dataset, tmp_path):
     config = tmp_path / "motion.py"
     cfg = motion_experiment_dict(motion_dataset, cache_root=str(tmp_path / "cache"),
