@@ -38,8 +38,8 @@ def line_iou_loss(points: torch.Tensor, target: torch.Tensor, visible: torch.Ten
     scale-free, read on the rows the metric reads. points, target [K,P] x normalised by the input width;
     visible [K,P] bool or 0/1. Returns [K]."""
     visible = visible.float()
-    overlap = (torch.minimum(points, target) - torch.maximum(points, target)) + 2 * half_width  # 2e - |dx|
-    union = (torch.maximum(points, target) - torch.minimum(points, target)) + 2 * half_width  # 2e + |dx|
+    distance = (points - target).abs()  # (K, P)
+    overlap, union = 2 * half_width - distance, 2 * half_width + distance
     iou = (overlap * visible).sum(-1) / (union * visible).sum(-1).clamp(min=1e-9)
     return 1.0 - iou
 
