@@ -69,6 +69,10 @@ VARIANTS = {
                              "learned sharpness of the map's logits in the row's soft arg-max",
                              {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row",
                               "model.heads.lanes.marking_offsets": True}),
+    "lane_row_kernel": ("lane_marking_row + row-wise classification: each final query's own 1x1 kernel on the "
+                        "marking map's features scores every cell of each row (CondLaneNet), trained by a per-row "
+                        "cross-entropy on the labelled cell (UFLD); x = the distribution's expectation",
+                        {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "kernel"}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "
                       "L1: per visible row the predicted and true x widened to +-15/800 of the width, IoU summed "
                       "over the rows", {"loss_weights.lane_line_iou": 2.0}),

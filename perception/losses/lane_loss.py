@@ -23,6 +23,7 @@ from perception.losses.matcher import focal_class_cost
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
 LINE_IOU_LOSS = "lane_line_iou"  # on only when loss_weights.lane_line_iou > 0 (LaneTask.build_criterion)
+ROW_CE_LOSS = "lane_row_ce"  # on only with the row kernels (model.heads.lanes.marking_search="kernel")
 MASK_LINE_WIDTH = 1  # cells of the mask's level a lane is drawn across
 # Half width of the segments the line IoU compares, normalised by the input width: CLRNet's 15 px at its
 # 800-px input (CULane's metric draws 15 px either side at 1640; the wider segments keep overlap, and so a
@@ -42,6 +43,24 @@ def line_iou_loss(points: torch.Tensor, target: torch.Tensor, visible: torch.Ten
     overlap, union = 2 * half_width - distance, 2 * half_width + distance
     iou = (overlap * visible).sum(-1) / (union * visible).sum(-1).clamp(min=1e-9)
     return 1.0 - iou
+
+
+def row_classification_loss(row_logits: torch.Tensor, target: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """Per-row cross-entropy on the labelled cell (UFLD's row-wise classification), mean over each lane's
+    visible rows. row_logits [K,P,w] over the w cells of each anchor row (cell c centred at (c + 0.5) / w);
+    target [K,P] x normalised by the input width; visible [K,P]. The true x is split between its two nearest
+    cell centres in proportion to their distance (a two-cell soft label, GFL's distribution focal loss), so
+    the distribution's expectation, which is the predicted x, can reach it between centres. Returns [K]."""
+    width = row_logits.shape[-1]
+    position = (target.float() * width - 0.5).clamp(0, width - 1)  # (K, P) in cells
+    lower = position.floor().clamp(max=width - 2)
+    upper_share = position - lower  # (K, P) in [0, 1]
+    log_probs = row_logits.float().log_softmax(-1)
+    lower_index = lower.long()[..., None]
+    nll = -((1 - upper_share) * log_probs.gather(-1, lower_index).squeeze(-1)
+            + upper_share * log_probs.gather(-1, lower_index + 1).squeeze(-1))  # (K, P)
+    visible = visible.float()
+    return (nll * visible).sum(-1) / visible.sum(-1).clamp(min=1)
 
 
 def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Tensor:
@@ -104,11 +123,15 @@ class LaneCriterion(SetCriterion):
     loss_names = LOSS_NAMES
 
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
-                 dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False):
-        """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes."""
+                 dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False,
+                 row_classification: bool = False):
+        """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes;
+        ``row_classification``: also return ``lane_row_ce`` (row_classification_loss) for the matched final
+        queries' ``lanes.row_logits``."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
         self.line_iou = line_iou
-        self.loss_names = LOSS_NAMES + ((LINE_IOU_LOSS,) if line_iou else ())
+        self.loss_names = (LOSS_NAMES + ((LINE_IOU_LOSS,) if line_iou else ())
+                           + ((ROW_CE_LOSS,) if row_classification else ()))
 
     def point_losses(self, points: torch.Tensor, target: torch.Tensor, visible: torch.Tensor,
                      count: float) -> dict[str, torch.Tensor]:
@@ -174,6 +197,9 @@ class LaneCriterion(SetCriterion):
         visible = matched["visible"].float()  # (K, P)
         losses.update(self.point_losses(pred["points"][batch_index, query_index], matched["points"], visible,
                                         num_targets))
+        if "row_logits" in pred:  # the final layer with the row kernels
+            losses[ROW_CE_LOSS] = row_classification_loss(pred["row_logits"][batch_index, query_index],
+                                                          matched["points"], visible).sum() / num_targets
         if "visibility" in pred:  # encoder proposals carry only classes and points
             visibility_logits = pred["visibility"][batch_index, query_index]
             losses["lane_visibility"] = F.binary_cross_entropy_with_logits(

@@ -14,9 +14,10 @@ import torch
 
 from perception.core.errors import ConfigError
 from perception.core.lane_coding import LANE_CLASSES
-from perception.losses.lane_loss import LINE_IOU_LOSS, LOSS_NAMES, LaneCriterion, LaneMatcher
+from perception.losses.lane_loss import LINE_IOU_LOSS, LOSS_NAMES, ROW_CE_LOSS, LaneCriterion, LaneMatcher
 from perception.metrics.bdd100k import lane_fscores, mean_lane_fscores
 from perception.metrics.lanes import LaneF1, match_lanes
+from perception.models.heads.lane_marking import MARKING_SEARCH
 from perception.postprocess.lanes import decode_lanes
 from perception.tasks.base import ScoringContext, Task, validate_query_head
 from perception.tasks.decoder_config import QueryDecoderConfig
@@ -31,8 +32,9 @@ class LaneHeadConfig(QueryDecoderConfig):
     # The final points snap to a stride-4 lane-marking map within snap_radius cells (models/heads/lane_marking.py).
     marking_refinement: bool = False
     snap_radius: int = 4
-    # How the snap searches: "window" (within snap_radius cells) or "row" (the whole row under a Gaussian prior
-    # around the query's x, learned width).
+    # How the snap searches: "window" (within snap_radius cells), "row" (the whole row under a Gaussian prior
+    # around the query's x, learned width) or "kernel" (as "row", plus each query's own 1x1 kernel on the map's
+    # features, trained by a per-row cross-entropy on the labelled cell: loss lane_row_ce).
     marking_search: str = "window"
     # With marking_search="row": a sub-cell offset per map cell and a learned sharpness of the map's logits.
     marking_offsets: bool = False
@@ -42,7 +44,8 @@ class LaneTask(Task):
     name = "lanes"
     config_class = LaneHeadConfig
     labelled_datasets = ("nuscenes", "bdd100k")
-    loss_names = LOSS_NAMES + (LINE_IOU_LOSS,)  # lane_line_iou is computed only when its weight is > 0
+    # lane_line_iou is computed only when its weight is > 0; lane_row_ce only with marking_search="kernel"
+    loss_names = LOSS_NAMES + (LINE_IOU_LOSS, ROW_CE_LOSS)
     output_meanings = {
         "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
         "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
@@ -61,9 +64,12 @@ class LaneTask(Task):
         if head.snap_radius < 1:
             raise ConfigError(f"model.heads.lanes.snap_radius must be >= 1 (cells of the stride-4 marking map), "
                               f"got {head.snap_radius}")
-        if head.marking_search not in ("window", "row"):
-            raise ConfigError(f"model.heads.lanes.marking_search must be 'window' or 'row', "
+        if head.marking_search not in MARKING_SEARCH:
+            raise ConfigError(f"model.heads.lanes.marking_search must be one of {MARKING_SEARCH}, "
                               f"got {head.marking_search!r}")
+        if head.marking_search == "kernel" and not head.marking_refinement:
+            raise ConfigError("model.heads.lanes.marking_search='kernel' needs "
+                              "model.heads.lanes.marking_refinement=True (the kernels read the marking map's features)")
         if head.marking_offsets and head.marking_search != "row":
             raise ConfigError("model.heads.lanes.marking_offsets needs model.heads.lanes.marking_search='row'")
 
@@ -78,7 +84,8 @@ class LaneTask(Task):
         m = cfg.matcher
         return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
                              dense_class_positives=m.dense_class_positives,
-                             line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0)
+                             line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0,
+                             row_classification=cfg.model.heads.lanes.marking_search == "kernel")
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}

@@ -21,7 +21,11 @@ what CNN lane detectors (SCNN, LaneAF) do well, and the query's points then move
   points) and a learned factor sharpens its logits: a cell is 14.6 px of CULane's 1640-px canvas, where
   IoU 0.5 of 30-px lines allows about 10.
 
-Standard ONNX only (Conv, GridSample, Softmax, ReduceSum): TensorRT runs it without plugins.
+- ``classify_rows`` (``marking_search="kernel"``): each query also scores every cell of each row with its
+  own 1x1 kernel on the map's features (CondLaneNet's query-conditioned kernels), trained by a per-row
+  cross-entropy on the labelled cell (UFLD's row-wise classification).
+
+Standard ONNX only (Conv, GridSample, MatMul, Softmax, ReduceSum): TensorRT runs it without plugins.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+MARKING_SEARCH = ("window", "row", "kernel")  # how the final points move to the map (snap, row search, row kernels)
 
 
 class MarkingMap(nn.Module):
@@ -50,10 +56,14 @@ class MarkingMap(nn.Module):
             nn.init.zeros_(self.offset.bias)
 
     def forward(self, stride4: torch.Tensor) -> torch.Tensor:
+        return self.read(stride4)[0]
+
+    def read(self, stride4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the map as ``forward`` returns it, its features [B,channels,H/4,W/4] for query kernels)."""
         features = self.body(stride4)
         if self.offset is None:
-            return self.classifier(features)
-        return torch.cat([self.classifier(features), torch.tanh(self.offset(features))], dim=1)
+            return self.classifier(features), features
+        return torch.cat([self.classifier(features), torch.tanh(self.offset(features))], dim=1), features
 
 
 def snap_to_marking(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, radius: int,
@@ -106,3 +116,34 @@ def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Ten
     stay = stay_logit.to(points.dtype).expand(batch, queries, rows, 1)
     weights = torch.cat([logits, stay], dim=-1).softmax(dim=-1)  # (B, Q, P, w + 1); the last: stay at x
     return (weights[..., :-1] * positions).sum(-1) + weights[..., -1] * points
+
+
+def classify_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, features: torch.Tensor,
+                  kernels: torch.Tensor, log_sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query and anchor row, a distribution over the row's map cells; x is its expectation.
+
+    Row-wise classification (UFLD, CondLaneNet) with a query-conditioned kernel: cell c of row p scores
+    map[p, c] + <kernel_q, features[:, p, c]> - 0.5 ((c - x_q) / sigma)^2, so the shared marking map says
+    where paint is, the query's own 1x1 kernel picks its lane among the markings (its colour, dash pattern,
+    side), and the prior keeps it near the decoder's x. Trained by a per-row cross-entropy on the true
+    cell (``lane_row_ce``), which the soft arg-max alone (``locate_on_rows``) never sees: there the L1 on
+    the expectation can be met by a flat distribution centred on the lane.
+
+    points [B,Q,P]: x at the anchor rows, normalised by the input width; row_y [P]: the rows' y in [0, 1];
+    marking [B,1,h,w] logits; features [B,C,h,w] (the map's own features); kernels [B,Q,C]; log_sigma:
+    scalar log of the prior's width in map cells. Returns x [B,Q,P] and the row logits [B,Q,P,w].
+    """
+    batch, queries, rows = points.shape
+    width = marking.shape[-1]
+    centres = (torch.arange(width, device=points.device, dtype=points.dtype) + 0.5) / width  # (w,)
+    grid_x = centres[None, None, :].expand(batch, rows, width)
+    grid_y = row_y.to(points.dtype)[None, :, None].expand(batch, rows, width)
+    grid = torch.stack([grid_x, grid_y], dim=-1) * 2 - 1  # (B, P, w, 2): every cell of each anchor row
+    sampled = F.grid_sample(torch.cat([marking[:, :1], features], dim=1).to(points.dtype), grid, mode="bilinear",
+                            padding_mode="border", align_corners=False)  # (B, 1 + C, P, w)
+    map_logits = sampled[:, :1]  # (B, 1, P, w), broadcast over queries
+    row_features = sampled[:, 1:].flatten(2)  # (B, C, P*w)
+    query_logits = (kernels.to(points.dtype) @ row_features).reshape(batch, queries, rows, width)  # MatMul
+    distance = (centres - points[..., None]) * (width / log_sigma.to(points.dtype).exp())  # (B, Q, P, w), sigmas
+    logits = map_logits + query_logits - 0.5 * distance.square()
+    return (logits.softmax(dim=-1) * centres).sum(-1), logits

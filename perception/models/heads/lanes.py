@@ -27,7 +27,13 @@ import torch
 from torch import nn
 
 from perception.core.lane_coding import LANE_CLASSES, anchor_rows
-from perception.models.heads.lane_marking import MarkingMap, locate_on_rows, snap_to_marking
+from perception.models.heads.lane_marking import (
+    MARKING_SEARCH,
+    MarkingMap,
+    classify_rows,
+    locate_on_rows,
+    snap_to_marking,
+)
 from perception.models.heads.query_decoder import QueryDecoderHead
 from perception.models.heads.query_memory import MLP, zero_last_layer
 
@@ -76,13 +82,21 @@ class LaneHead(QueryDecoderHead):
             if marking_offsets and marking_search != "row":
                 raise ValueError("marking_offsets needs marking_search='row'")
             self.marking = MarkingMap(in_channels, marking_channels, offsets=marking_offsets)
-            self.stay_logit = nn.Parameter(torch.zeros(()))
+            # The logit of keeping the decoder's x (window / row); the kernel search keeps it through its prior.
+            self.stay_logit = nn.Parameter(torch.zeros(())) if marking_search != "kernel" else None
             self.snap_radius = snap_radius
-            if marking_search not in ("window", "row"):
-                raise ValueError(f"marking_search must be 'window' or 'row', got {marking_search!r}")
-            # "row": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start); None: window.
-            self.log_sigma = nn.Parameter(torch.tensor(math.log(4.0))) if marking_search == "row" else None
+            if marking_search not in MARKING_SEARCH:
+                raise ValueError(f"marking_search must be one of {MARKING_SEARCH}, got {marking_search!r}")
+            self.marking_search = marking_search
+            # "row" / "kernel": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start);
+            # None: window.
+            self.log_sigma = nn.Parameter(torch.tensor(math.log(4.0))) if marking_search != "window" else None
             self.log_sharpness = nn.Parameter(torch.zeros(())) if marking_offsets else None
+            # "kernel": the final query's 1x1 kernel on the map's features (zero at the start: the row search).
+            self.row_kernel = nn.Linear(dim, marking_channels) if marking_search == "kernel" else None
+            if self.row_kernel is not None:
+                nn.init.zeros_(self.row_kernel.weight)
+                nn.init.zeros_(self.row_kernel.bias)
         else:
             # Training only: lane markings as a mask on the finest memory level (a linear probe of its
             # features, the same features the reference sampler reads), absent from the exported graph.
@@ -135,12 +149,18 @@ class LaneHead(QueryDecoderHead):
         In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
         ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
         [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss; with
-        ``marking_refinement`` the stride-4 marking map the final points were snapped to).
+        ``marking_refinement`` the stride-4 marking map the final points were snapped to) and, with
+        ``marking_search="kernel"``, ``lanes.row_logits`` [B,Q,P,W/4] (each row's cell scores, lane_marking.py).
         """
-        outputs = super().forward(levels)
+        outputs, queries = self.decode(levels)
         if self.marking is not None:
-            marking = self.marking(levels[0])  # (B, 1, H/4, W/4) logits; with offsets (B, 2, ...): + offsets
-            if self.log_sigma is not None:
+            marking, features = self.marking.read(levels[0])  # (B, 1, H/4, W/4) logits (+ offsets), (B, C, ...)
+            if self.marking_search == "kernel":
+                outputs["lanes.points"], row_logits = classify_rows(
+                    outputs["lanes.points"], self.row_y, marking, features, self.row_kernel(queries), self.log_sigma)
+                if self.training:
+                    outputs["lanes.row_logits"] = row_logits  # (B, Q, P, W/4), for the per-row cross-entropy
+            elif self.marking_search == "row":
                 outputs["lanes.points"] = locate_on_rows(outputs["lanes.points"], self.row_y, marking,
                                                          self.log_sigma, self.stay_logit, self.log_sharpness)
             else:

@@ -90,6 +90,11 @@ class QueryDecoderHead(nn.Module):
         return {}
 
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.decode(levels)[0]
+
+    def decode(self, levels: list[torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The outputs and the final layer's query features [B,Q,D] (for heads that read the image again
+        with them, e.g. the lane head's row kernels)."""
         memory, memory_pos, anchors, finest = self.memory(levels)
         # (h, w) of each memory level, as Python ints: constants in an exported graph (static shapes).
         level_shapes = [(int(levels[i].shape[-2]), int(levels[i].shape[-1])) for i in self.memory.levels]
@@ -126,4 +131,4 @@ class QueryDecoderHead(nn.Module):
                 outputs[f"{prefix}.{g}"] = geometry
                 outputs.update(self.extra_outputs(i, queries, geometry, prefix))
             reference = geometry.detach()
-        return outputs
+        return outputs, queries
