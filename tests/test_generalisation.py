@@ -3,12 +3,12 @@
 One training run of the tiny four-head model (the demo's recipe at test size) through the real
 runner on nuScenes-format + BDD100K-format synthetic data, then:
 
-- held-out metrics (devkit mAP, light AP50) clear floors well above the untrained model (0.000
-  on each); lane F1 is printed (the lane head does not generalise yet at this budget);
-- the swap test: on held-out images, the obstacle and light heads' class loss with the right
-  targets is clearly below their class loss with another image's targets. A head that ignores
-  the image (predicts the dataset's mean) scores the same on both; one that reads the image does
-  not. The lane head's ratio is printed.
+- held-out metrics (devkit mAP, light AP50, BDD100K's lane F-score at 5 px) clear floors well above
+  the untrained model (0.000 on each); the CULane-style lane F1 (IoU >= 0.5) is printed: it is still
+  0.000 at this budget;
+- the swap test: on held-out images, each query head's class loss with the right targets is
+  clearly below its class loss with another image's targets. A head that ignores the image
+  (predicts the dataset's mean) scores the same on both; one that reads the image does not.
 """
 
 from __future__ import annotations
@@ -30,21 +30,25 @@ STEPS = 400
 # before the heads read their reference (ReferenceSampler): 0.015 and 0.188); with this session's
 # recipe (2026-12-01: lanes through their token, lane mask, box-aware 3D; another initialisation
 # order) mAP 0.062, light AP50 0.138, so the light floor sits at half of that. Lane F1 stays at
-# 0.00 at this budget (0.06-0.07 in the demo): the lane head does not generalise at 400 steps yet
-# (README, convergence study). Its F1 is printed so that the day it moves is seen. With deformable
-# cross-attention in the obstacle head (2026-12-02, the shipped configs' setting): mAP 0.058, light AP50
+# 0.00 at this budget (0.06-0.07 in the demo): the lane head does not place lanes within the IoU
+# metric's tolerance at 400 steps yet (README, convergence study). Its F1 is printed so that the day it
+# moves is seen; its pixel F-score is asserted (below). With deformable cross-attention in the obstacle
+# head (2026-12-02, the shipped configs' setting): mAP 0.058, light AP50
 # 0.213. The demo's full query recipe (also one dense class positive per object and one-to-many obstacle
 # classes + 2D NMS) scored mAP 0.009 here at 400 steps, under the floor: at this budget and data size it
 # is not the better recipe, so this test keeps the default matcher.
-FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07}
+# Lanes (2026-12-02): the CULane-style F1 (IoU >= 0.5 of 30-px lines at 1640) is 0.000 at 400 steps, but
+# BDD100K's own lane metric, the F-score of marking pixels within 5 px (perception.metrics.bdd100k), is 0.158
+# (untrained 0.000: it keeps no lane, and every held-out frame has lanes), 2 px 0.058: the lane head places
+# lanes near the markings of unseen frames, not yet within the IoU metric's ~3 input px. Floor at half.
+FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07, "lanes/F1_pix5_bdd100k": 0.08}
 # Held-out class loss with the right targets / with another image's targets must stay below these
 # (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.649, lights 0.748 (0.752
 # and 0.677 without ReferenceSampler); with the lanes proposed through their token, the lane-marking
-# mask and the box-aware 3D MLP (2026-12-01): obstacles 0.672, lights 0.717, lanes 0.932. The lane
-# head still barely reads the image at this budget, so it is printed, not asserted; the lane target
-# of the generalisation issue is open. With the deformable obstacle head (2026-12-02): obstacles 0.638,
-# lights 0.697, lanes 0.832.
-SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8}
+# mask and the box-aware 3D MLP (2026-12-01): obstacles 0.672, lights 0.717, lanes 0.932. With the
+# deformable obstacle head (2026-12-02): obstacles 0.638,
+# lights 0.697, lanes 0.832 (asserted since 2026-12-02, with a bound between that and image-blind 1.0).
+SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8, "lane_cls": 0.92}
 HEADS = dict(drivable=dict(channels=32, num_classes=2),
              obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256, cross_attention="deformable"),
              lanes=dict(dim=64, num_queries=20, num_layers=2, ffn_dim=256),
@@ -88,7 +92,8 @@ def test_query_heads_score_on_held_out_scenes_and_read_the_image(scenes, tmp_pat
     train(Config(config), str(tmp_path / "run"))
     checkpoint = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
     trained = evaluate(cfg, checkpoint, str(tmp_path / "trained"), num_workers=0)
-    report = ", ".join(f"{k} {trained[k]:.3f} (untrained {untrained[k]:.3f})" for k in (*FLOORS, "lanes/F1"))
+    printed = (*FLOORS, "lanes/F1", "lanes/F1_pix2_bdd100k")
+    report = ", ".join(f"{k} {trained[k]:.3f} (untrained {untrained[k]:.3f})" for k in printed)
     print(f"held-out after {STEPS} steps: {report}")
     for key, floor in FLOORS.items():
         assert untrained[key] < 0.005, f"untrained {key} {untrained[key]:.3f}: the metric cannot tell learning apart"
