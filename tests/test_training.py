@@ -105,7 +105,8 @@ def _final_weights(work_dir: str) -> dict:
 
 def test_resume_mid_epoch_reproduces_the_uninterrupted_run_exactly(small_dataset, tmp_path):
     """15 steps straight == a run that crashes after its step-5 checkpoint, resumed to 15 (one
-    loader worker, across an epoch boundary: 48 training images / batch 4 = 12 steps per epoch)."""
+    loader worker, across an epoch boundary: 48 training images / batch 4 = 12 steps per epoch), the
+    weights' moving average (optimizer.ema_decay) included."""
     import lightning as L
 
     class CrashAfterStep(L.Callback):
@@ -117,10 +118,12 @@ def test_resume_mid_epoch_reproduces_the_uninterrupted_run_exactly(small_dataset
                 raise RuntimeError("simulated crash")
 
     def config() -> Config:
-        return Config(experiment_dict(small_dataset, num_workers=1, checkpoint_every_n_steps=5, trainer=dict(
-            max_steps=15, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
-            limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
-            log_every_n_steps=1, deterministic=True)))
+        optimizer = dict(experiment_dict(small_dataset)["optimizer"], ema_decay=0.9)
+        trainer = dict(max_steps=15, max_epochs=-1, accelerator="cpu", devices=1, precision="32-true",
+                       limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=False,
+                       enable_model_summary=False, log_every_n_steps=1, deterministic=True)
+        return Config(experiment_dict(small_dataset, num_workers=1, checkpoint_every_n_steps=5, optimizer=optimizer,
+                                      trainer=trainer))
 
     train(config(), str(tmp_path / "straight"))
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -132,6 +135,7 @@ def test_resume_mid_epoch_reproduces_the_uninterrupted_run_exactly(small_dataset
     resumed_step, resumed = _final_weights(str(tmp_path / "resumed"))
     assert straight_step == resumed_step == 15
     assert straight.keys() == resumed.keys()
+    assert any(k.startswith("ema_model.") for k in straight)
     different = [k for k in straight if not torch.equal(straight[k], resumed[k])]
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
 

@@ -15,6 +15,9 @@ class OptimizerConfig:
     weight_decay: float = 0.05
     backbone_lr_mult: float = 0.1
     betas: tuple = (0.9, 0.999)
+    # > 0: evaluate and export an exponential moving average of the weights (perception.training.ema);
+    # 0: the raw weights.
+    ema_decay: float = 0.0
 
 
 @dataclass
@@ -54,6 +57,8 @@ def _validate_training(cfg) -> None:
     """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
     if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
+    if not 0.0 <= cfg.optimizer.ema_decay < 1.0:
+        raise ConfigError(f"optimizer.ema_decay must be in [0, 1) (0: off), got {cfg.optimizer.ema_decay}")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:

@@ -26,9 +26,12 @@ def load_model_weights(model: nn.Module, path: str) -> dict:
     return checkpoint
 
 
-def model_weights(state: dict) -> dict:
-    """The model's tensors of a Lightning state dict (keys ``model.*``), without the prefix."""
-    return {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+def model_weights(state: dict, prefer_average: bool = True) -> dict:
+    """The model's tensors of a Lightning state dict, without the prefix: the moving average of the weights
+    (keys ``ema_model.*``, perception.training.ema) when the checkpoint has one and ``prefer_average``, else the
+    trained weights (``model.*``)."""
+    prefix = "ema_model." if prefer_average and any(k.startswith("ema_model.") for k in state) else "model."
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def check_weights_fit(model: nn.Module, weights: dict, path: str) -> None:
@@ -55,7 +58,8 @@ def check_resume_fits(model: nn.Module, path: str) -> None:
     """Before Lightning resumes from ``path``: its ``model.*`` weights must fit ``model`` (a motion
     checkpoint into a camera config, or other head sizes, is a CheckpointMismatchError naming the tensors)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    weights = model_weights(checkpoint.get("state_dict", {}) if isinstance(checkpoint, dict) else {})
+    weights = model_weights(checkpoint.get("state_dict", {}) if isinstance(checkpoint, dict) else {},
+                            prefer_average=False)
     if not weights:
         raise CheckpointMismatchError(f"--resume checkpoint {path} holds no training state (no model.* weights in "
                                       "its state_dict); resume from a checkpoint written by tools/train.py")

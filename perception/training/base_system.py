@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
+from perception.training.ema import ema_decay_at, frozen_copy, update_ema
 from perception.training.faults import FaultTracker, loss_or_skip
 from perception.training.optim import build_optimizer
 
@@ -25,6 +26,23 @@ class BaseSystem(L.LightningModule):
         self.optimizer_cfg, self.scheduler_cfg, self.config_text = optimizer, scheduler, config_text
         faults = faults or FaultsConfig()
         self.faults = FaultTracker(faults.max_nonfinite_steps, faults.max_bad_images)
+        # optimizer.ema_decay > 0: the weights' moving average, what validation, evaluation and export use.
+        self.ema_model = frozen_copy(model) if optimizer.ema_decay > 0 else None
+        if self.ema_model is not None:  # updates so far, in the state dict: the decay's ramp resumes exactly
+            self.register_buffer("ema_updates", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def inference_model(self) -> nn.Module:
+        """The weights to score: the moving average when there is one, else the model being trained."""
+        return self.ema_model if self.ema_model is not None else self.model
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Here, not in on_train_batch_end: a checkpoint callback saving at this step runs before the module's
+        # on_train_batch_end, and would store the average one update behind the weights.
+        if self.ema_model is not None:
+            update_ema(self.ema_model, self.model, ema_decay_at(int(self.ema_updates), self.optimizer_cfg.ema_decay))
+            self.ema_updates += 1
 
     def losses(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError

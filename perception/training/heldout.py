@@ -46,7 +46,7 @@ class HeldOutEvaluation(L.Callback):
             return
         self.last_step = step
         start = time.time()
-        model = pl_module.model
+        model = pl_module.inference_model  # the moving average of the weights when optimizer.ema_decay > 0
         was_training = model.training
         model.eval()
         try:

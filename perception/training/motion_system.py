@@ -35,7 +35,7 @@ class MotionSystem(BaseSystem):
         return sum(self.loss_weights[k] * v for k, v in losses.items()), losses
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        trajectories, probabilities = self.model.forecast(*model_inputs(batch))
+        trajectories, probabilities = self.inference_model.forecast(*model_inputs(batch))
         total, _ = self.losses(batch, rollout=trajectories)  # the self-fed pass reuses this forecast
         self.log("val/loss", total, batch_size=self.batch_size(batch), sync_dist=True)
         self.val_metrics.update(trajectories.cpu().numpy(), probabilities.cpu().numpy(), batch["future"].cpu().numpy())

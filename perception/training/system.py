@@ -36,8 +36,8 @@ class PerceptionSystem(BaseSystem):
     def batch_size(self, batch: dict) -> int:
         return batch["images"].shape[0]
 
-    def _losses_and_outputs(self, batch: dict):
-        outputs = self.model(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
+    def _losses_and_outputs(self, batch: dict, model: nn.Module | None = None):
+        outputs = (model or self.model)(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
         losses: dict[str, torch.Tensor] = {}
         for criterion in self.criteria.values():
             losses.update(criterion(outputs, batch["targets"]))
@@ -50,7 +50,7 @@ class PerceptionSystem(BaseSystem):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.faults.count_bad_images(batch.get("skipped_images", []), stage="validation")
-        total, losses, outputs = self._losses_and_outputs(batch)
+        total, losses, outputs = self._losses_and_outputs(batch, self.inference_model)
         batch_size = self.batch_size(batch)
         self.log("val/loss", total, batch_size=batch_size, sync_dist=True)
         for name, value in losses.items():  # per task and term, beside train/loss_<name>
