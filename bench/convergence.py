@@ -73,6 +73,8 @@ VARIANTS = {
                         "marking map's features scores every cell of each row (CondLaneNet), trained by a per-row "
                         "cross-entropy on the labelled cell (UFLD); x = the distribution's expectation",
                         {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "kernel"}),
+    "ema": ("evaluate a moving average of the weights (optimizer.ema_decay=0.999, ramped by (1 + t) / (10 + t): "
+            "about the last tenth of the steps; RT-DETR, DINO keep one)", {"optimizer.ema_decay": 0.999}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "
                       "L1: per visible row the predicted and true x widened to +-15/800 of the width, IoU summed "
                       "over the rows", {"loss_weights.lane_line_iou": 2.0}),
