@@ -88,6 +88,18 @@ def snap_to_marking(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Te
     return points + (weights[..., :-1] * offsets).sum(-1)
 
 
+def read_anchor_rows(maps: torch.Tensor, row_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """maps [B,K,h,w] read at every cell centre of each anchor row (row_y [P] in [0, 1] of the height; bilinear
+    between the map's rows) -> (cell centres [w] normalised by the width, values [B,K,P,w])."""
+    batch, _, _, width = maps.shape
+    rows = row_y.shape[0]
+    centres = (torch.arange(width, device=maps.device, dtype=maps.dtype) + 0.5) / width  # (w,)
+    grid_x = centres[None, None, :].expand(batch, rows, width)
+    grid_y = row_y.to(maps.dtype)[None, :, None].expand(batch, rows, width)
+    grid = torch.stack([grid_x, grid_y], dim=-1) * 2 - 1  # (B, P, w, 2) in [-1, 1]
+    return centres, F.grid_sample(maps, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
 def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, log_sigma: torch.Tensor,
                    stay_logit: torch.Tensor, log_sharpness: torch.Tensor | None = None) -> torch.Tensor:
     """Move each row's x to the marking most likely under a Gaussian prior around it.
@@ -100,12 +112,7 @@ def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Ten
     """
     batch, queries, rows = points.shape
     width = marking.shape[-1]
-    centres = (torch.arange(width, device=points.device, dtype=points.dtype) + 0.5) / width  # (w,)
-    grid_x = centres[None, None, :].expand(batch, rows, width)
-    grid_y = row_y.to(points.dtype)[None, :, None].expand(batch, rows, width)
-    grid = torch.stack([grid_x, grid_y], dim=-1) * 2 - 1  # (B, P, w, 2): every cell of each anchor row
-    sampled = F.grid_sample(marking.to(points.dtype), grid, mode="bilinear", padding_mode="border",
-                            align_corners=False)  # (B, 1 or 2, P, w)
+    centres, sampled = read_anchor_rows(marking.to(points.dtype), row_y)  # (w,), (B, 1 or 2, P, w)
     row_logits, positions = sampled[:, :1], centres  # (B, 1, P, w), (w,)
     if sampled.shape[1] == 2:  # where in each cell the marking lies
         positions = centres + sampled[:, 1:] / width  # (B, 1, P, w)
@@ -135,12 +142,8 @@ def classify_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tens
     """
     batch, queries, rows = points.shape
     width = marking.shape[-1]
-    centres = (torch.arange(width, device=points.device, dtype=points.dtype) + 0.5) / width  # (w,)
-    grid_x = centres[None, None, :].expand(batch, rows, width)
-    grid_y = row_y.to(points.dtype)[None, :, None].expand(batch, rows, width)
-    grid = torch.stack([grid_x, grid_y], dim=-1) * 2 - 1  # (B, P, w, 2): every cell of each anchor row
-    sampled = F.grid_sample(torch.cat([marking[:, :1], features], dim=1).to(points.dtype), grid, mode="bilinear",
-                            padding_mode="border", align_corners=False)  # (B, 1 + C, P, w)
+    centres, sampled = read_anchor_rows(torch.cat([marking[:, :1], features], dim=1).to(points.dtype),
+                                        row_y)  # (w,), (B, 1 + C, P, w)
     map_logits = sampled[:, :1]  # (B, 1, P, w), broadcast over queries
     row_features = sampled[:, 1:].flatten(2)  # (B, C, P*w)
     query_logits = (kernels.to(points.dtype) @ row_features).reshape(batch, queries, rows, width)  # MatMul
