@@ -82,10 +82,11 @@ class LaneTask(Task):
 
     def build_criterion(self, cfg):
         m = cfg.matcher
+        head = cfg.model.heads.lanes  # None in a config without the lane head (built for its loss names)
         return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
                              dense_class_positives=m.dense_class_positives,
                              line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0,
-                             row_classification=cfg.model.heads.lanes.marking_search == "kernel")
+                             row_classification=head is not None and head.marking_search == "kernel")
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
