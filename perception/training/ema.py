@@ -36,7 +36,7 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 def update_ema(average: nn.Module, model: nn.Module, decay: float) -> None:
     """average = decay * average + (1 - decay) * model, tensor by tensor; buffers (non-float ones included)
     are copied as they are."""
-    averaged = [p for p in average.parameters()]
+    averaged = list(average.parameters())
     current = [p.detach() for p in model.parameters()]
     torch._foreach_lerp_(averaged, current, 1.0 - decay)
     for mine, theirs in zip(average.buffers(), model.buffers()):

@@ -37,7 +37,8 @@ class PerceptionSystem(BaseSystem):
         return batch["images"].shape[0]
 
     def _losses_and_outputs(self, batch: dict, model: nn.Module | None = None):
-        outputs = (model or self.model)(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
+        model = self.model if model is None else model
+        outputs = model(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
         losses: dict[str, torch.Tensor] = {}
         for criterion in self.criteria.values():
             losses.update(criterion(outputs, batch["targets"]))

@@ -55,11 +55,8 @@ class MarkingMap(nn.Module):
             nn.init.zeros_(self.offset.weight)
             nn.init.zeros_(self.offset.bias)
 
-    def forward(self, stride4: torch.Tensor) -> torch.Tensor:
-        return self.read(stride4)[0]
-
-    def read(self, stride4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the map as ``forward`` returns it, its features [B,channels,H/4,W/4] for query kernels)."""
+    def forward(self, stride4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the map [B,1 or 2,H/4,W/4], its features [B,channels,H/4,W/4] for the query kernels of classify_rows)."""
         features = self.body(stride4)
         if self.offset is None:
             return self.classifier(features), features

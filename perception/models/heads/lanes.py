@@ -154,7 +154,7 @@ class LaneHead(QueryDecoderHead):
         """
         outputs, queries = self.decode(levels)
         if self.marking is not None:
-            marking, features = self.marking.read(levels[0])  # (B, 1, H/4, W/4) logits (+ offsets), (B, C, ...)
+            marking, features = self.marking(levels[0])  # (B, 1, H/4, W/4) logits (+ offsets), (B, C, ...)
             if self.marking_search == "kernel":
                 outputs["lanes.points"], row_logits = classify_rows(
                     outputs["lanes.points"], self.row_y, marking, features, self.row_kernel(queries), self.log_sigma)
