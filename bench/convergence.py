@@ -73,6 +73,10 @@ VARIANTS = {
                         "marking map's features scores every cell of each row (CondLaneNet), trained by a per-row "
                         "cross-entropy on the labelled cell (UFLD); x = the distribution's expectation",
                         {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "kernel"}),
+    "denoising": ("denoising queries in the box heads (DN-DETR): up to 100 (obstacles) / 60 (lights) noised "
+                  "copies of the ground-truth boxes per image (corners moved by up to 0.4 x half the box, 20 % of "
+                  "labels flipped) join the decoder, masked from the selected queries, and learn without matching",
+                  {"model.heads.obstacles.denoising_queries": 100, "model.heads.lights.denoising_queries": 60}),
     "ema": ("evaluate a moving average of the weights (optimizer.ema_decay=0.999, ramped by (1 + t) / (10 + t): "
             "about the last tenth of the steps; RT-DETR, DINO keep one)", {"optimizer.ema_decay": 0.999}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "

@@ -124,6 +124,9 @@ class SetCriterion(nn.Module):
         for prefix in output_prefixes(outputs, self.task):
             for name, value in self.prefix_losses(outputs_of(outputs, prefix, valid), encoded, num_targets).items():
                 totals[name] = totals[name] + value
+        if f"{self.task}.dn.index" in outputs:
+            for name, value in self.denoising_losses(outputs, encoded, valid).items():
+                totals[name] = totals[name] + value
         if self.dense_weight > 0 and f"{self.task}.dense.logits" in outputs:
             dense = outputs_of(outputs, f"{self.task}.dense", valid)
             for name, value in self.dense_losses(dense, encoded, targets[self.task]["input_size"]).items():
@@ -133,6 +136,11 @@ class SetCriterion(nn.Module):
     def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
                      input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
         """One-to-many losses over every token (perception.losses.dense_assign)."""
+        raise NotImplementedError
+
+    def denoising_losses(self, outputs: dict[str, torch.Tensor], targets: list[dict],
+                         valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Losses of the denoising queries (perception.models.heads.denoising), one set per decoder layer."""
         raise NotImplementedError
 
     def dense_class_loss(self, logits: torch.Tensor, assigned: torch.Tensor, quality: torch.Tensor,
@@ -232,8 +240,8 @@ class BoxSetCriterion(SetCriterion):
         matches = self.matcher(pred["logits"], pred["boxes"], targets)
         batch_index, query_index, matched = gather_matched(matches, targets)
         p = self.loss_prefix
-        boxes = pred["boxes"][batch_index, query_index]
         if self.iou_aware:
+            boxes = pred["boxes"][batch_index, query_index]
             losses = {f"{p}_cls": self.varifocal_loss(pred["logits"], batch_index, query_index, matched["labels"],
                                                       paired_box_iou(boxes, matched["boxes"]), num_targets)}
         elif self.one_to_many_iou is not None:
@@ -246,12 +254,48 @@ class BoxSetCriterion(SetCriterion):
         else:
             losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
                                                   num_targets)}
-        losses[f"{p}_l1"] = F.l1_loss(boxes, matched["boxes"], reduction="sum") / num_targets
-        losses[f"{p}_giou"] = generalized_box_iou_loss(
-            box_convert(boxes, "cxcywh", "xyxy"), box_convert(matched["boxes"], "cxcywh", "xyxy"),
-            reduction="sum") / num_targets
-        losses.update(self.extra_losses(pred, matched, batch_index, query_index, num_targets))
-        return losses
+        return losses | self.paired_losses(pred, matched, batch_index, query_index, num_targets)
+
+    def paired_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
+        """L1 + GIoU and the subclass's terms (``extra_losses``) of query ``query_index[k]`` of image
+        ``batch_index[k]`` against target k of ``matched``."""
+        p = self.loss_prefix
+        boxes = pred["boxes"][batch_index, query_index]
+        losses = {f"{p}_l1": F.l1_loss(boxes, matched["boxes"], reduction="sum") / num_targets,
+                  f"{p}_giou": generalized_box_iou_loss(
+                      box_convert(boxes, "cxcywh", "xyxy"), box_convert(matched["boxes"], "cxcywh", "xyxy"),
+                      reduction="sum") / num_targets}
+        return losses | self.extra_losses(pred, matched, batch_index, query_index, num_targets)
+
+    def denoising_targets(self, targets: dict, device) -> list[dict]:
+        """The head's denoising input: per image of the batch, labels [M] and boxes [M,4] cxcywh in [0, 1]
+        (none for an image without the task's labels), in the order ``encode`` gives them."""
+        task = targets[self.task]
+        encoded = self.encode_targets(task["per_image"], task["input_size"], device)
+        return [t if ok else {"labels": t["labels"][:0], "boxes": t["boxes"][:0]}
+                for t, ok in zip(encoded, task["valid"].tolist())]
+
+    def denoising_losses(self, outputs: dict[str, torch.Tensor], targets: list[dict],
+                         valid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each denoising query against the object it was made from (no matching): focal class loss over all
+        of them (padding towards nothing), box and extra terms on the real ones, per layer; normalised by the
+        number of real denoising queries."""
+        index = outputs[f"{self.task}.dn.index"][valid]  # (B', K)
+        batch_index, query_index = torch.nonzero(index >= 0, as_tuple=True)
+        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=index.device).cumsum(0)
+        flat = offsets[batch_index] + index[batch_index, query_index]
+        matched = {key: torch.cat([t[key] for t in targets])[flat] for key in targets[0]}
+        num = max(len(batch_index), 1)
+        layers = sorted({k.split(".")[1] for k in outputs if k.startswith(f"{self.task}.dn") and
+                         not k.startswith(f"{self.task}.dn.")})
+        totals: dict[str, torch.Tensor] = {}
+        for layer in layers:
+            pred = outputs_of(outputs, f"{self.task}.{layer}", valid)
+            losses = {f"{self.loss_prefix}_cls": self.class_loss(pred["logits"], batch_index, query_index,
+                                                                matched["labels"], num)}
+            for name, value in (losses | self.paired_losses(pred, matched, batch_index, query_index, num)).items():
+                totals[name] = totals.get(name, 0.0) + value
+        return totals
 
     def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         """Losses on per-query outputs beyond class and box (none here)."""

@@ -16,9 +16,19 @@ class PerceptionModel(nn.Module):
         self.neck = neck
         self.heads = nn.ModuleDict(heads)
 
-    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    @property
+    def denoising_tasks(self) -> tuple[str, ...]:
+        """The heads that take denoising queries in training (``heads/denoising.py``)."""
+        return tuple(name for name, head in self.heads.items() if getattr(head, "denoising", None) is not None)
+
+    def forward(self, images: torch.Tensor, denoising: dict[str, list[dict]] | None = None) -> dict[str, torch.Tensor]:
+        """``denoising`` (training only): per task in ``denoising_tasks``, its targets per image (labels [M],
+        boxes [M,4] cxcywh in [0, 1]); the exported graph never has them."""
         levels = self.neck(self.backbone(images))
         outputs: dict[str, torch.Tensor] = {}
-        for head in self.heads.values():
-            outputs.update(head(levels))
+        for name, head in self.heads.items():
+            if denoising is not None and name in denoising:
+                outputs.update(head(levels, denoising=denoising[name]))
+            else:
+                outputs.update(head(levels))
         return outputs

@@ -93,11 +93,12 @@ class DeformableDecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, queries: torch.Tensor, memory: torch.Tensor, query_pos: torch.Tensor,
-                reference: torch.Tensor, level_shapes: list[tuple[int, int]]) -> torch.Tensor:
+                reference: torch.Tensor, level_shapes: list[tuple[int, int]],
+                self_mask: torch.Tensor | None = None) -> torch.Tensor:
         """queries [B,Q,D], memory [B,N,D] (no positions: the reference says where), query_pos [B,Q,D],
-        reference [B,Q,4] cxcywh in [0, 1] -> [B,Q,D]."""
+        reference [B,Q,4] cxcywh in [0, 1], self_mask [B,1,Q,Q] or [Q,Q] (True = may attend) -> [B,Q,D]."""
         q = queries + query_pos
-        queries = self.norm1(queries + self.dropout(self.self_attn(q, q, queries)))
+        queries = self.norm1(queries + self.dropout(self.self_attn(q, q, queries, self_mask)))
         attended = self.cross_attn(queries + query_pos, reference, memory, level_shapes)
         queries = self.norm2(queries + self.dropout(attended))
         return self.norm3(queries + self.dropout(self.ffn(queries)))

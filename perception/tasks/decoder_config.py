@@ -24,3 +24,19 @@ class QueryDecoderConfig:
         """The shared fields as keyword arguments of a query head."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(QueryDecoderConfig)} | {
             "levels": tuple(self.levels)}
+
+
+@dataclass
+class BoxQueryConfig(QueryDecoderConfig):
+    """The box heads' fields (obstacles, lights): the shared ones plus denoising queries."""
+
+    # Training only (DN-DETR; perception/models/heads/denoising.py): up to this many noised ground-truth
+    # boxes per image join the decoder's queries and are trained without matching; 0 = off.
+    denoising_queries: int = 0
+    denoising_box_noise: float = 0.4  # corners move by up to this x half the box's width / height
+    denoising_label_noise: float = 0.2  # probability that a denoising query carries a random label
+
+    def decoder_kwargs(self) -> dict:
+        return super().decoder_kwargs() | {"denoising_queries": self.denoising_queries,
+                                           "denoising_box_noise": self.denoising_box_noise,
+                                           "denoising_label_noise": self.denoising_label_noise}

@@ -16,11 +16,11 @@ from perception.losses.box_set_loss import LightCriterion
 from perception.metrics.box_ap import coco_ap50
 from perception.postprocess.lights import decode_lights
 from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
-from perception.tasks.decoder_config import QueryDecoderConfig
+from perception.tasks.decoder_config import BoxQueryConfig
 
 
 @dataclass
-class LightHeadConfig(QueryDecoderConfig):
+class LightHeadConfig(BoxQueryConfig):
     levels: tuple = (0, 1, 2)  # lights are small: the stride-4 level is part of the memory
 
 

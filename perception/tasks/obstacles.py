@@ -19,11 +19,11 @@ from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF, attribute_in
 from perception.losses.obstacle_loss import ObstacleCriterion
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
 from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
-from perception.tasks.decoder_config import QueryDecoderConfig
+from perception.tasks.decoder_config import BoxQueryConfig
 
 
 @dataclass
-class ObstacleHeadConfig(QueryDecoderConfig):
+class ObstacleHeadConfig(BoxQueryConfig):
     dim: int = 128  # 64 trains faster on small data
     num_queries: int = 100
     num_layers: int = 3

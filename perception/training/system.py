@@ -38,7 +38,13 @@ class PerceptionSystem(BaseSystem):
 
     def _losses_and_outputs(self, batch: dict, model: nn.Module | None = None):
         model = self.model if model is None else model
-        outputs = model(to_model_input(batch["images"]))  # uint8 -> normalised, on the device
+        images = to_model_input(batch["images"])  # uint8 -> normalised, on the device
+        tasks = model.denoising_tasks if model.training else ()
+        if tasks:  # the box heads' denoising queries are made from the targets (training only)
+            outputs = model(images, {task: self.criteria[task].denoising_targets(batch["targets"], images.device)
+                                     for task in tasks})
+        else:
+            outputs = model(images)
         losses: dict[str, torch.Tensor] = {}
         for criterion in self.criteria.values():
             losses.update(criterion(outputs, batch["targets"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perception.models.heads.denoising import DenoisingBatch, DenoisingQueries
 from perception.models.heads.query_decoder import QueryDecoderHead
 from perception.models.heads.query_memory import (
     BOX_SAMPLE_OFFSETS,
@@ -31,15 +32,25 @@ class BoxQueryHead(QueryDecoderHead):
 
     def __init__(self, in_channels: int, num_classes: int, dim: int = 128, num_queries: int = 100,
                  num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512, levels: tuple[int, ...] = (1, 2, 3),
-                 memory_convs: int = 0, reference_sampling: bool = True, cross_attention: str = "dense"):
+                 memory_convs: int = 0, reference_sampling: bool = True, cross_attention: str = "dense",
+                 denoising_queries: int = 0, denoising_box_noise: float = 0.4, denoising_label_noise: float = 0.2):
+        """``denoising_queries`` > 0: up to that many noised ground-truth queries per image in training
+        (``denoising.py``; DN-DETR's box and label noise ``denoising_box_noise``, ``denoising_label_noise``)."""
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=len(BOX_SAMPLE_OFFSETS),
                          cross_attention=cross_attention)
+        self.denoising = DenoisingQueries(num_classes, dim, denoising_queries, denoising_box_noise,
+                                          denoising_label_noise) if denoising_queries > 0 else None
         self.enc_box = MLP(dim, dim, 4, 3)
         self.query_pos = MLP(dim, dim, dim, 2)
         self.box_heads = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(num_layers))
         for mlp in [self.enc_box, *self.box_heads]:
             zero_last_layer(mlp)
+
+    def denoising_batch(self, targets: list[dict]) -> DenoisingBatch | None:
+        if self.denoising is None:
+            return super().denoising_batch(targets)
+        return self.denoising(targets, self.num_queries)
 
     def propose(self, features: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
         return (self.enc_box(features) + inverse_sigmoid(anchors)).sigmoid()  # (B, N, 4)

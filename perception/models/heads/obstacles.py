@@ -46,11 +46,13 @@ class ObstacleHead(BoxQueryHead):
     def __init__(self, in_channels: int, num_classes: int = 10, num_attributes: int = 8, dim: int = 128,
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
-                 reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense"):
-        """``input_height`` (pixels of the network input): turns on the geometric depth prior."""
+                 reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense",
+                 **denoising):
+        """``input_height`` (pixels of the network input): turns on the geometric depth prior; ``denoising``:
+        ``BoxQueryHead``'s denoising options."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
-                         reference_sampling=reference_sampling, cross_attention=cross_attention)
+                         reference_sampling=reference_sampling, cross_attention=cross_attention, **denoising)
         self.num_attributes = num_attributes
         self.input_height = input_height
         self.box_embed = nn.Linear(len(BOX_FEATURES), dim)
@@ -79,7 +81,7 @@ class ObstacleHead(BoxQueryHead):
             out["depth"] = out["depth"] + math.log(F_REF) + log_height - torch.log(box_height)
         return {f"{prefix}.{k}": v for k, v in out.items()} | {f"{prefix}.attribute": raw[..., start:]}
 
-    def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def forward(self, levels: list[torch.Tensor], denoising: list[dict] | None = None) -> dict[str, torch.Tensor]:
         """Returns (B images, Q queries, C classes, A attributes; boxes normalised to the input):
 
         obstacles.logits [B,Q,C]     class logits (sigmoid; no background class)
@@ -91,6 +93,7 @@ class ObstacleHead(BoxQueryHead):
         obstacles.velocity [B,Q,2]   (v_x, v_z) m/s, camera frame
         obstacles.attribute [B,Q,A]  attribute logits
         In training also ``obstacles.aux{i}.*`` per earlier decoder layer and
-        ``obstacles.enc.{logits,boxes}`` for the selected token proposals.
+        ``obstacles.enc.{logits,boxes}`` for the selected token proposals (and with ``denoising`` targets,
+        ``obstacles.dn{i}.*`` and ``obstacles.dn.index``: ``denoising.py``).
         """
-        return super().forward(levels)
+        return super().forward(levels, denoising)

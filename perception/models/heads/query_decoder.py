@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perception.models.heads.denoising import DenoisingBatch
 from perception.models.heads.query_memory import (
     ReferenceSampler,
     TokenMemory,
@@ -89,12 +90,19 @@ class QueryDecoderHead(nn.Module):
     def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
         return {}
 
-    def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.decode(levels)[0]
+    def denoising_batch(self, targets: list[dict]) -> DenoisingBatch | None:
+        """The denoising queries of these targets (heads that have them: ``BoxQueryHead``)."""
+        raise ValueError(f"the {self.prefix} head has no denoising queries")
 
-    def decode(self, levels: list[torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def forward(self, levels: list[torch.Tensor], denoising: list[dict] | None = None) -> dict[str, torch.Tensor]:
+        return self.decode(levels, denoising)[0]
+
+    def decode(self, levels: list[torch.Tensor],
+               denoising: list[dict] | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The outputs and the final layer's query features [B,Q,D] (for heads that read the image again
-        with them, e.g. the lane head's row kernels)."""
+        with them, e.g. the lane head's row kernels). ``denoising`` (training only): the task's targets per
+        image, from which the head adds denoising queries (``denoising.py``); their outputs are
+        ``<prefix>.dn{i}.*`` per layer and ``<prefix>.dn.index``."""
         memory, memory_pos, anchors, finest = self.memory(levels)
         # (h, w) of each memory level, as Python ints: constants in an exported graph (static shapes).
         level_shapes = [(int(levels[i].shape[-2]), int(levels[i].shape[-1])) for i in self.memory.levels]
@@ -115,20 +123,32 @@ class QueryDecoderHead(nn.Module):
             outputs[f"{p}.dense.anchors"] = anchors.expand(enc_geometry.shape[0], -1, -1)  # (B, N, 4)
             outputs.update(self.dense_extras(finest))
         reference = reference.detach()
+        dn = self.denoising_batch(denoising) if denoising is not None and self.training else None
+        k, self_mask = 0, None  # denoising queries come first: [:, :k]
+        if dn is not None:
+            k, self_mask = dn.content.shape[1], dn.attend
+            queries = torch.cat([dn.content, queries], dim=1)
+            reference = torch.cat([dn.reference, reference], dim=1)
+            outputs[f"{p}.dn.index"] = dn.index
         for i, (layer, class_head) in enumerate(zip(self.layers, self.class_heads)):
             query_pos = self.position(reference)
             if self.samplers is not None:
                 queries = queries + self.samplers[i](finest, self.sample_points(reference))
             if self.deformable:
-                queries = layer(queries, memory, query_pos, self.attention_box(reference), level_shapes)
+                queries = layer(queries, memory, query_pos, self.attention_box(reference), level_shapes,
+                                self_mask=self_mask)
             else:
-                queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos)
+                queries = layer(queries, memory, query_pos=query_pos, memory_pos=memory_pos, self_mask=self_mask)
             geometry = self.refine(i, queries, reference)
             last = i == len(self.layers) - 1
             if last or self.training:
                 prefix = p if last else f"{p}.aux{i}"
-                outputs[f"{prefix}.logits"] = class_head(queries)
-                outputs[f"{prefix}.{g}"] = geometry
-                outputs.update(self.extra_outputs(i, queries, geometry, prefix))
+                layer_outputs = {"logits": class_head(queries), g: geometry}
+                layer_outputs |= {name[len(p) + 1:]: value
+                                  for name, value in self.extra_outputs(i, queries, geometry, p).items()}
+                for name, value in layer_outputs.items():
+                    outputs[f"{prefix}.{name}"] = value[:, k:]
+                    if dn is not None:
+                        outputs[f"{p}.dn{i}.{name}"] = value[:, :k]
             reference = geometry.detach()
-        return outputs, queries
+        return outputs, queries[:, k:]
