@@ -133,3 +133,35 @@ def test_light_head_takes_denoising_queries_and_the_lane_config_has_none():
         parse_config(experiment_dict("unused", model=dict(heads=dict(obstacles=dict(denoising_box_noise=2.0)))))
     with pytest.raises(ConfigError, match="denoising_queries"):  # not a lane head field: unknown key
         parse_config(experiment_dict("unused", model=dict(heads=dict(lanes=dict(denoising_queries=10)))))
+
+
+def test_the_exported_head_has_no_denoising_branch(tmp_path):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    head = ObstacleHead(16, dim=32, num_queries=6, num_layers=2, ffn_dim=64, levels=(1, 2),
+                        cross_attention="deformable", denoising_queries=8).eval()
+    levels = _levels(1)
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = head
+
+        def forward(self, *inputs):
+            result = self.head(list(inputs))
+            return result["obstacles.logits"], result["obstacles.boxes"]
+
+    path = str(tmp_path / "obstacles.onnx")
+    with torch.no_grad():
+        torch.onnx.export(Graph(), tuple(levels), path, opset_version=17, dynamo=False,
+                          input_names=[f"level{i}" for i in range(4)])
+        expected = head(levels)
+    shapes = {tuple(t.dims) for t in onnx.load(path).graph.initializer}
+    assert tuple(head.denoising.label_embed.weight.shape) not in shapes  # the label embedding is not in it
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: levels[int(i.name[-1])].numpy() for i in session.get_inputs()}  # unused levels are dropped
+    logits, boxes = session.run(None, feeds)
+    assert np.abs(logits - expected["obstacles.logits"].numpy()).max() < 1e-4
+    assert np.abs(boxes - expected["obstacles.boxes"].numpy()).max() < 1e-4
