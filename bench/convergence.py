@@ -77,6 +77,11 @@ VARIANTS = {
                   "copies of the ground-truth boxes per image (corners moved by up to 0.4 x half the box, 20 % of "
                   "labels flipped) join the decoder, masked from the selected queries, and learn without matching",
                   {"model.heads.obstacles.denoising_queries": 100, "model.heads.lights.denoising_queries": 60}),
+    "lane_gap_fit": ("lane_marking_row + the gap fit: the corrections the row search finds on painted rows, fitted "
+                     "as offset + slope over the rows (least squares weighted by each row's evidence), also move "
+                     "the rows in a dashed marking's gaps (model.heads.lanes.gap_fit)",
+                     {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row",
+                      "model.heads.lanes.gap_fit": True}),
     "ema": ("evaluate a moving average of the weights (optimizer.ema_decay=0.999, ramped by (1 + t) / (10 + t): "
             "about the last tenth of the steps; RT-DETR, DINO keep one)", {"optimizer.ema_decay": 0.999}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "

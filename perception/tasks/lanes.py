@@ -38,6 +38,9 @@ class LaneHeadConfig(QueryDecoderConfig):
     marking_search: str = "window"
     # With marking_search="row": a sub-cell offset per map cell and a learned sharpness of the map's logits.
     marking_offsets: bool = False
+    # With marking_search="row": the corrections found on painted rows, fitted as offset + slope over the rows,
+    # move the unpainted rows too (dashed markings' gaps; lane_marking.fit_through_gaps).
+    gap_fit: bool = False
 
 
 class LaneTask(Task):
@@ -72,13 +75,16 @@ class LaneTask(Task):
                               "model.heads.lanes.marking_refinement=True (the kernels read the marking map's features)")
         if head.marking_offsets and head.marking_search != "row":
             raise ConfigError("model.heads.lanes.marking_offsets needs model.heads.lanes.marking_search='row'")
+        if head.gap_fit and not (head.marking_refinement and head.marking_search == "row"):
+            raise ConfigError("model.heads.lanes.gap_fit needs model.heads.lanes.marking_refinement=True and "
+                              "marking_search='row' (it fits the corrections the row search finds)")
 
     def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.lanes import LaneHead
 
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
-                        marking_offsets=head.marking_offsets, **head.decoder_kwargs())
+                        marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

@@ -21,6 +21,9 @@ what CNN lane detectors (SCNN, LaneAF) do well, and the query's points then move
   points) and a learned factor sharpens its logits: a cell is 14.6 px of CULane's 1640-px canvas, where
   IoU 0.5 of 30-px lines allows about 10.
 
+- ``fit_through_gaps`` (``gap_fit``, with ``marking_search="row"``): the corrections found on painted rows,
+  fitted as offset + slope over the rows, move the rows without paint too (dashed markings' gaps).
+
 - ``classify_rows`` (``marking_search="kernel"``): each query also scores every cell of each row with its
   own 1x1 kernel on the map's features (CondLaneNet's query-conditioned kernels), trained by a per-row
   cross-entropy on the labelled cell (UFLD's row-wise classification).
@@ -97,17 +100,18 @@ def read_anchor_rows(maps: torch.Tensor, row_y: torch.Tensor) -> tuple[torch.Ten
     return centres, F.grid_sample(maps, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
-def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, log_sigma: torch.Tensor,
-                   stay_logit: torch.Tensor, log_sharpness: torch.Tensor | None = None) -> torch.Tensor:
-    """Move each row's x to the marking most likely under a Gaussian prior around it.
+def search_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, log_sigma: torch.Tensor,
+                stay_logit: torch.Tensor, log_sharpness: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The marking most likely under a Gaussian prior around each row's x, and how sure the row is of it.
 
     points [B,Q,P]: x at the anchor rows, normalised by the input width; row_y [P]: the rows' y in [0, 1];
     marking [B,1,h,w] logits, or [B,2,h,w] logits and sub-cell offsets (cells, MarkingMap(offsets=True));
-    log_sigma: scalar log of the prior's width in map cells; stay_logit: scalar logit of keeping x;
-    log_sharpness: optional scalar log of a factor on the map's logits (a sharper soft arg-max). Returns x
-    [B,Q,P]: the expectation over the row's w cells (centre + offset) and x itself.
+    log_sigma: scalar log of the prior's width in map cells; stay_logit: scalar logit of "no marking here";
+    log_sharpness: optional scalar log of a factor on the map's logits (a sharper soft arg-max). Returns
+    (x of the marking [B,Q,P]: the expectation over the row's w cells (centre + offset), evidence [B,Q,P] in
+    (0, 1): the share of the softmax over the cells and the stay logit that the cells take).
     """
-    batch, queries, rows = points.shape
     width = marking.shape[-1]
     centres, sampled = read_anchor_rows(marking.to(points.dtype), row_y)  # (w,), (B, 1 or 2, P, w)
     row_logits, positions = sampled[:, :1], centres  # (B, 1, P, w), (w,)
@@ -117,9 +121,49 @@ def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Ten
         row_logits = row_logits * log_sharpness.to(points.dtype).exp()
     distance = (centres - points[..., None]) * (width / log_sigma.to(points.dtype).exp())  # (B, Q, P, w), sigmas
     logits = row_logits - 0.5 * distance.square()  # broadcast over queries
-    stay = stay_logit.to(points.dtype).expand(batch, queries, rows, 1)
-    weights = torch.cat([logits, stay], dim=-1).softmax(dim=-1)  # (B, Q, P, w + 1); the last: stay at x
-    return (weights[..., :-1] * positions).sum(-1) + weights[..., -1] * points
+    found = (logits.softmax(dim=-1) * positions).sum(-1)  # (B, Q, P)
+    evidence = torch.sigmoid(torch.logsumexp(logits, dim=-1) - stay_logit.to(points.dtype))
+    return found, evidence
+
+
+def locate_on_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, log_sigma: torch.Tensor,
+                   stay_logit: torch.Tensor, log_sharpness: torch.Tensor | None = None) -> torch.Tensor:
+    """Move each row's x to the marking most likely under a Gaussian prior around it (``search_rows``); the
+    stay logit keeps x where the row shows no marking. Returns x [B,Q,P]: the softmax over the row's cells
+    and "stay" (= evidence x the marking's x + (1 - evidence) x the row's own x)."""
+    found, evidence = search_rows(points, row_y, marking, log_sigma, stay_logit, log_sharpness)
+    return evidence * found + (1 - evidence) * points
+
+
+GAP_FIT_RIDGE = 0.5  # rows' worth of evidence for "no correction": a lane with no paint found keeps its x
+
+
+def fit_through_gaps(points: torch.Tensor, found: torch.Tensor, evidence: torch.Tensor,
+                     row_y: torch.Tensor) -> torch.Tensor:
+    """Carry the corrections the painted rows found across the rows without paint.
+
+    Dashed lane dividers are painted on a third of their length (the demo's 3 m dash, 6 m gap; CULane's
+    and BDD100K's labels, like ours, run through the gaps), so on most rows ``search_rows`` finds nothing
+    and ``locate_on_rows`` keeps the decoder's x, a cell or more off. Here the correction (marking x -
+    decoder x) is fitted over the rows as offset + slope in y by least squares weighted by each row's
+    evidence, with a ridge of ``GAP_FIT_RIDGE`` rows towards no correction (a closed-form 2x2 solve:
+    elementwise ops only, no matrix inverse in the exported graph). A row keeps its own marking by its
+    evidence and takes the fitted line otherwise.
+
+    points, found, evidence [B,Q,P] (``search_rows``); row_y [P] in [0, 1]. Returns x [B,Q,P].
+    """
+    t = (row_y.to(points.dtype) * 2 - 1)  # (P,) in [-1, 1]: the slope's lever arm
+    correction = found - points
+    s0 = evidence.sum(-1) + GAP_FIT_RIDGE
+    s1 = (evidence * t).sum(-1)
+    s2 = (evidence * t * t).sum(-1) + GAP_FIT_RIDGE
+    r0 = (evidence * correction).sum(-1)
+    r1 = (evidence * t * correction).sum(-1)
+    det = s0 * s2 - s1 * s1  # >= ridge^2 > 0 (Cauchy-Schwarz)
+    offset = (s2 * r0 - s1 * r1) / det
+    slope = (s0 * r1 - s1 * r0) / det
+    fitted = points + offset[..., None] + slope[..., None] * t
+    return evidence * found + (1 - evidence) * fitted
 
 
 def classify_rows(points: torch.Tensor, row_y: torch.Tensor, marking: torch.Tensor, features: torch.Tensor,

@@ -31,7 +31,9 @@ from perception.models.heads.lane_marking import (
     MARKING_SEARCH,
     MarkingMap,
     classify_rows,
+    fit_through_gaps,
     locate_on_rows,
+    search_rows,
     snap_to_marking,
 )
 from perception.models.heads.query_decoder import QueryDecoderHead
@@ -61,7 +63,8 @@ class LaneHead(QueryDecoderHead):
                  num_queries: int = 20, num_layers: int = 2, num_heads: int = 4, ffn_dim: int = 256,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
-                 cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False):
+                 cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False,
+                 gap_fit: bool = False):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
@@ -81,6 +84,9 @@ class LaneHead(QueryDecoderHead):
             # auxiliary mask the criterion trains (``lanes.dense.mask``).
             if marking_offsets and marking_search != "row":
                 raise ValueError("marking_offsets needs marking_search='row'")
+            if gap_fit and marking_search != "row":
+                raise ValueError("gap_fit needs marking_search='row'")
+            self.gap_fit = gap_fit  # the painted rows' corrections fitted across the gaps (fit_through_gaps)
             self.marking = MarkingMap(in_channels, marking_channels, offsets=marking_offsets)
             # The logit of keeping the decoder's x (window / row); the kernel search keeps it through its prior.
             self.stay_logit = nn.Parameter(torch.zeros(())) if marking_search != "kernel" else None
@@ -160,6 +166,10 @@ class LaneHead(QueryDecoderHead):
                     outputs["lanes.points"], self.row_y, marking, features, self.row_kernel(queries), self.log_sigma)
                 if self.training:
                     outputs["lanes.row_logits"] = row_logits  # (B, Q, P, W/4), for the per-row cross-entropy
+            elif self.marking_search == "row" and self.gap_fit:
+                found, evidence = search_rows(outputs["lanes.points"], self.row_y, marking, self.log_sigma,
+                                              self.stay_logit, self.log_sharpness)
+                outputs["lanes.points"] = fit_through_gaps(outputs["lanes.points"], found, evidence, self.row_y)
             elif self.marking_search == "row":
                 outputs["lanes.points"] = locate_on_rows(outputs["lanes.points"], self.row_y, marking,
                                                          self.log_sigma, self.stay_logit, self.log_sharpness)
