@@ -206,6 +206,7 @@ def test_query_outputs_compare_as_sets():
     assert query_set_agreement(reference, swapped, ["h.logits", "h.boxes"], 1e-3, 1e-3)["matched"] == 39
 
 
+@pytest.mark.extended  # 22 s: the export and its checks are in make test (test_fixed_batch_export_*); this is the tool
 def test_export_tool_writes_a_checked_model_from_a_folder_of_images(small_dataset, tmp_path):
     folder = tmp_path / "images"
     folder.mkdir()
