@@ -82,6 +82,9 @@ VARIANTS = {
                      "the rows in a dashed marking's gaps (model.heads.lanes.gap_fit)",
                      {"model.heads.lanes.marking_refinement": True, "model.heads.lanes.marking_search": "row",
                       "model.heads.lanes.gap_fit": True}),
+    "yaw_bins": ("the obstacle heading as MultiBin classification over 4 bins + a (sin, cos) residual per bin "
+                 "(Deep3DBox; model.heads.obstacles.yaw_bins=4) instead of one (sin, cos) regression, which an "
+                 "image that hides front from back pulls to the mean", {"model.heads.obstacles.yaw_bins": 4}),
     "ema": ("evaluate a moving average of the weights (optimizer.ema_decay=0.999, ramped by (1 + t) / (10 + t): "
             "about the last tenth of the steps; RT-DETR, DINO keep one)", {"optimizer.ema_decay": 0.999}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from perception.core.errors import ConfigError
 from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF, attribute_index
 from perception.losses.obstacle_loss import ObstacleCriterion
@@ -29,6 +30,9 @@ class ObstacleHeadConfig(BoxQueryConfig):
     num_layers: int = 3
     ffn_dim: int = 512
     geometric_depth: bool = False  # depth as a residual on fx * H / h from the query's box and 3D height
+    # > 0: the heading as MultiBin classification over this many bins + a (sin, cos) residual per bin (Deep3DBox)
+    # instead of one (sin, cos) regression, which an image that hides front from back pulls to the mean (0, 0).
+    yaw_bins: int = 0
 
 
 def empty_obstacles() -> dict:
@@ -86,11 +90,14 @@ class ObstacleTask(Task):
 
     def validate(self, head: ObstacleHeadConfig, cfg) -> None:
         validate_query_head(self.name, head)
+        if head.yaw_bins == 1 or head.yaw_bins < 0:
+            raise ConfigError(f"model.heads.obstacles.yaw_bins must be 0 (a (sin, cos) regression) or >= 2, "
+                              f"got {head.yaw_bins}")
 
     def build_head(self, head: ObstacleHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.obstacles import ObstacleHead
 
-        return ObstacleHead(in_channels, **head.decoder_kwargs(),
+        return ObstacleHead(in_channels, **head.decoder_kwargs(), yaw_bins=head.yaw_bins,
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):

@@ -25,8 +25,28 @@ from perception.core.obstacle_coding import F_REF, PRIOR_LOG_SIZE
 from perception.models.heads.box_queries import BoxQueryHead
 from perception.models.heads.query_memory import MLP
 
-# Per-query 3D outputs, in this order along the last dimension of the 3D MLP.
+# Per-query 3D outputs, in this order along the last dimension of the 3D MLP ("yaw": 3 x yaw_bins wide with bins).
 OUTPUT_3D = (("center", 2), ("depth", 1), ("size", 3), ("yaw", 2), ("velocity", 2))
+
+
+def yaw_bin_centres(bins: int) -> torch.Tensor:
+    """[K] angles 2 pi k / K of the heading bins (k = 0 .. K-1), in atan2(sin, cos) terms."""
+    return torch.arange(bins, dtype=torch.float32) * (2 * math.pi / bins)
+
+
+def yaw_from_bins(logits: torch.Tensor, residual: torch.Tensor,
+                  centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """MultiBin heading (Deep3DBox): logits [...,K], residual [...,K,2] (sin, cos) of each bin's offset, centres [K]
+    -> ((sin, cos) of each bin's heading [...,K,2], (sin, cos) of the most likely bin's heading [...,2]).
+
+    The most likely bin is chosen by a one-hot of the maximum (ReduceMax, Equal, Mul: plain ONNX); a tie goes to
+    the lower bin (averaging two opposite headings would give the (0, 0) the bins are there to avoid)."""
+    sin_c, cos_c = centres.sin().to(residual.dtype), centres.cos().to(residual.dtype)  # (K,)
+    sin_d, cos_d = residual[..., 0], residual[..., 1]
+    per_bin = torch.stack([sin_c * cos_d + cos_c * sin_d, cos_c * cos_d - sin_c * sin_d], dim=-1)  # (..., K, 2)
+    ranked = logits - 1e-4 * torch.arange(logits.shape[-1], device=logits.device, dtype=logits.dtype)
+    best = (ranked == ranked.max(dim=-1, keepdim=True).values).to(residual.dtype)  # (..., K) one-hot
+    return per_bin, (best[..., None] * per_bin).sum(-2)
 
 
 BOX_FEATURES = ("cx", "cy", "w", "h", "log_w", "log_h")
@@ -47,8 +67,9 @@ class ObstacleHead(BoxQueryHead):
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
                  reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense",
-                 **denoising):
-        """``input_height`` (pixels of the network input): turns on the geometric depth prior; ``denoising``:
+                 yaw_bins: int = 0, **denoising):
+        """``input_height`` (pixels of the network input): turns on the geometric depth prior; ``yaw_bins`` > 0: the
+        heading as MultiBin classification + per-bin residual instead of a (sin, cos) regression; ``denoising``:
         ``BoxQueryHead``'s denoising options."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
@@ -56,7 +77,10 @@ class ObstacleHead(BoxQueryHead):
         self.num_attributes = num_attributes
         self.input_height = input_height
         self.box_embed = nn.Linear(len(BOX_FEATURES), dim)
-        self.head_3d = MLP(dim, dim, sum(n for _, n in OUTPUT_3D) + num_attributes, 3)
+        self.yaw_bins = yaw_bins
+        self.layout = tuple((name, 3 * yaw_bins if name == "yaw" and yaw_bins else width) for name, width in OUTPUT_3D)
+        self.register_buffer("yaw_centres", yaw_bin_centres(max(yaw_bins, 1)), persistent=False)
+        self.head_3d = MLP(dim, dim, sum(n for _, n in self.layout) + num_attributes, 3)
         last = self.head_3d.layers[-1]
         nn.init.zeros_(last.weight)
         with torch.no_grad():
@@ -64,15 +88,23 @@ class ObstacleHead(BoxQueryHead):
             # Depth code ~ log(20 m * F_REF / 500 px) without the prior; a zero residual with it.
             last.bias[2] = 0.0 if input_height else 3.0
             last.bias[3:6] = torch.tensor(PRIOR_LOG_SIZE)
-            last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
+            if yaw_bins:
+                last.bias[6 + yaw_bins + 1:6 + 3 * yaw_bins:2] = 1.0  # every bin's residual (sin, cos) = (0, 1)
+            else:
+                last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
 
     def extra_outputs(self, index: int, queries: torch.Tensor, boxes: torch.Tensor,
                       prefix: str) -> dict[str, torch.Tensor]:
         raw = self.head_3d(queries + self.box_embed(box_features(boxes.detach())))
         out, start = {}, 0
-        for name, width in OUTPUT_3D:
+        for name, width in self.layout:
             out[name] = raw[..., start:start + width]
             start += width
+        if self.yaw_bins:
+            logits, residual = out["yaw"][..., :self.yaw_bins], out["yaw"][..., self.yaw_bins:]
+            per_bin, out["yaw"] = yaw_from_bins(logits, residual.unflatten(-1, (self.yaw_bins, 2)), self.yaw_centres)
+            if self.training:  # for the criterion: the bin classification and each bin's heading
+                out["yaw_bin_logits"], out["yaw_per_bin"] = logits, per_bin
         out["center"] = boxes[..., :2] + out["center"] * boxes[..., 2:]
         out["depth"] = out["depth"][..., 0]
         if self.input_height:
@@ -89,7 +121,8 @@ class ObstacleHead(BoxQueryHead):
         obstacles.center [B,Q,2]     projected 3D centre (u, v) in [0, 1]
         obstacles.depth [B,Q]        depth code (see obstacle_coding)
         obstacles.size [B,Q,3]       log (w, l, h) metres
-        obstacles.yaw [B,Q,2]        (sin, cos) of yaw_cam
+        obstacles.yaw [B,Q,2]        (sin, cos) of yaw_cam (with yaw_bins: the most likely bin's heading;
+                                     training adds obstacles.yaw_bin_logits [B,Q,K], obstacles.yaw_per_bin [B,Q,K,2])
         obstacles.velocity [B,Q,2]   (v_x, v_z) m/s, camera frame
         obstacles.attribute [B,Q,A]  attribute logits
         In training also ``obstacles.aux{i}.*`` per earlier decoder layer and
