@@ -105,6 +105,9 @@ VARIANTS = {
     "light_one_to_one": ("the light head trained one-to-one and decoded NMS-free: the demo recipe before one-to-many "
                          "light class targets (run 5)",
                          {"matcher.light_one_to_many_iou": None, "postprocess.light_nms_iou": None}),
+    "no_lane_kernels": ("the lane head without the marking map and its row kernels: the demo recipe before run 7 "
+                        "(run 6)", {"model.heads.lanes.marking_refinement": False,
+                                    "model.heads.lanes.marking_search": "window"}),
     "dense_attention": ("every query head attends densely to all memory tokens: the demo recipe before "
                         "deformable cross-attention (run 4)",
                         {"model.heads.obstacles.cross_attention": "dense",

@@ -29,7 +29,10 @@ model = dict(
     heads=dict(
         drivable=dict(channels=32),
         obstacles=dict(dim=64, num_queries=60, num_layers=3, num_heads=4, ffn_dim=256, cross_attention="deformable"),
-        lanes=dict(dim=64, num_queries=20, num_layers=2, num_heads=4, ffn_dim=256, num_points=24),
+        # Row-wise lane classification with query kernels on the stride-4 marking map (convergence study,
+        # lane_row_kernel: held-out lane F1 0.078 / 0.125 / 0.089 vs 0.047 / 0.094 / 0.053 over three seeds).
+        lanes=dict(dim=64, num_queries=20, num_layers=2, num_heads=4, ffn_dim=256, num_points=24,
+                   marking_refinement=True, marking_search="kernel"),
         lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2],
                     cross_attention="deformable"),
     ),
