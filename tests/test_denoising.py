@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from head_export import export_head, one_obstacle
 from torchvision.ops import box_convert
 
 from perception.config import ConfigError
@@ -106,12 +107,7 @@ def test_denoising_trains_the_obstacle_head_through_its_3d_terms():
     torch.manual_seed(0)
     head = ObstacleHead(16, dim=32, num_queries=6, num_layers=2, ffn_dim=64, levels=(1, 2), denoising_queries=8)
     criterion = ObstacleCriterion(dense_weight=0.0)
-    targets = {"obstacles": {"valid": torch.tensor([True]), "input_size": (32, 64), "per_image": [{
-        "boxes_xyxy": torch.tensor([[10.0, 8.0, 30.0, 24.0]]), "labels": torch.tensor([0]),
-        "center_uv": torch.tensor([[20.0, 16.0]]), "center_cam": torch.tensor([[1.0, 0.5, 12.0]]),
-        "size_wlh": torch.tensor([[1.9, 4.5, 1.6]]), "yaw": torch.tensor([0.3]),
-        "velocity": torch.tensor([[0.0, 5.0]]), "attributes": torch.tensor([-1]),
-        "intrinsics": torch.tensor([[50.0, 0, 32], [0, 50.0, 16], [0, 0, 1]])}]}}
+    targets = one_obstacle(yaw=0.3)
     outputs = head(_levels(1), denoising=criterion.denoising_targets(targets, "cpu"))
     losses = criterion(outputs, targets)
     sum(losses.values()).backward()
@@ -138,30 +134,16 @@ def test_light_head_takes_denoising_queries_and_the_lane_config_has_none():
 def test_the_exported_head_has_no_denoising_branch(tmp_path):
     import numpy as np
     import onnx
-    import onnxruntime as ort
 
     head = ObstacleHead(16, dim=32, num_queries=6, num_layers=2, ffn_dim=64, levels=(1, 2),
                         cross_attention="deformable", denoising_queries=8).eval()
     levels = _levels(1)
 
-    class Graph(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.head = head
-
-        def forward(self, *inputs):
-            result = self.head(list(inputs))
-            return result["obstacles.logits"], result["obstacles.boxes"]
-
     path = str(tmp_path / "obstacles.onnx")
     with torch.no_grad():
-        torch.onnx.export(Graph(), tuple(levels), path, opset_version=17, dynamo=False,
-                          input_names=[f"level{i}" for i in range(4)])
         expected = head(levels)
+    _, (logits, boxes) = export_head(head, levels, ["obstacles.logits", "obstacles.boxes"], path)
     shapes = {tuple(t.dims) for t in onnx.load(path).graph.initializer}
     assert tuple(head.denoising.label_embed.weight.shape) not in shapes  # the label embedding is not in it
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    feeds = {i.name: levels[int(i.name[-1])].numpy() for i in session.get_inputs()}  # unused levels are dropped
-    logits, boxes = session.run(None, feeds)
     assert np.abs(logits - expected["obstacles.logits"].numpy()).max() < 1e-4
     assert np.abs(boxes - expected["obstacles.boxes"].numpy()).max() < 1e-4

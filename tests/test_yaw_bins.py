@@ -6,11 +6,10 @@ norm 0.29, the axis a median 0.33 rad off but 41 % of the headings more than 90 
 import math
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from conftest import experiment_dict
+from head_export import GRAPH_PLUMBING, export_head, one_obstacle
 
 from perception.config import parse_config
 from perception.core.errors import ConfigError
@@ -65,12 +64,7 @@ def test_head_with_bins_trains_them_and_exports_only_the_heading(tmp_path):
     assert outputs["obstacles.yaw_bin_logits"].shape == (1, 5, 4)
     assert outputs["obstacles.yaw_per_bin"].shape == (1, 5, 4, 2)
     assert torch.allclose(outputs["obstacles.yaw"], _sincos(0.0).expand(1, 5, 2))  # every bin (0, 1) at the start
-    targets = {"obstacles": {"valid": torch.tensor([True]), "input_size": (32, 64), "per_image": [{
-        "boxes_xyxy": torch.tensor([[10.0, 8.0, 30.0, 24.0]]), "labels": torch.tensor([0]),
-        "center_uv": torch.tensor([[20.0, 16.0]]), "center_cam": torch.tensor([[1.0, 0.5, 12.0]]),
-        "size_wlh": torch.tensor([[1.9, 4.5, 1.6]]), "yaw": torch.tensor([2.0]),
-        "velocity": torch.tensor([[0.0, 5.0]]), "attributes": torch.tensor([-1]),
-        "intrinsics": torch.tensor([[50.0, 0, 32], [0, 50.0, 16], [0, 0, 1]])}]}}
+    targets = one_obstacle(yaw=2.0)
     criterion = ObstacleCriterion(dense_weight=0.0)
     optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
     first = None
@@ -87,23 +81,8 @@ def test_head_with_bins_trains_them_and_exports_only_the_heading(tmp_path):
         expected = head(levels)
     assert not any("yaw_bin" in k or "per_bin" in k for k in expected)
 
-    class Graph(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.head = head
-
-        def forward(self, *inputs):
-            return self.head(list(inputs))["obstacles.yaw"]
-
-    path = str(tmp_path / "yaw.onnx")
-    with torch.no_grad():
-        torch.onnx.export(Graph(), tuple(levels), path, opset_version=17, dynamo=False,
-                          input_names=[f"level{i}" for i in range(4)])
-    ops = {node.op_type for node in onnx.load(path).graph.node}
-    assert ops <= TENSORRT_8_6_OPS | {"Shape", "Gather", "Unsqueeze", "Concat", "Constant"}, ops - TENSORRT_8_6_OPS
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    feeds = {i.name: levels[int(i.name[-1])].numpy() for i in session.get_inputs()}
-    (yaw,) = session.run(None, feeds)
+    ops, (yaw,) = export_head(head, levels, ["obstacles.yaw"], str(tmp_path / "yaw.onnx"))
+    assert ops <= TENSORRT_8_6_OPS | GRAPH_PLUMBING, ops - TENSORRT_8_6_OPS
     assert np.abs(yaw - expected["obstacles.yaw"].numpy()).max() < 1e-4
 
 
