@@ -85,6 +85,9 @@ VARIANTS = {
     "yaw_bins": ("the obstacle heading as MultiBin classification over 4 bins + a (sin, cos) residual per bin "
                  "(Deep3DBox; model.heads.obstacles.yaw_bins=4) instead of one (sin, cos) regression, which an "
                  "image that hides front from back pulls to the mean", {"model.heads.obstacles.yaw_bins": 4}),
+    "yaw_bins_light": ("yaw_bins with the heading loss at weight 0.2 (loss_weights.obstacle_yaw): the bins' "
+                       "cross-entropy cost half the mAP at weight 1",
+                       {"model.heads.obstacles.yaw_bins": 4, "loss_weights.obstacle_yaw": 0.2}),
     "ema": ("evaluate a moving average of the weights (optimizer.ema_decay=0.999, ramped by (1 + t) / (10 + t): "
             "about the last tenth of the steps; RT-DETR, DINO keep one)", {"optimizer.ema_decay": 0.999}),
     "lane_line_iou": ("CLRNet's line IoU loss on the lane points at weight 2 (CLRNet's CULane weight) beside the "
