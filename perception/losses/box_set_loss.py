@@ -280,10 +280,8 @@ class BoxSetCriterion(SetCriterion):
         """Each denoising query against the object it was made from (no matching): focal class loss over all
         of them (padding towards nothing), box and extra terms on the real ones, per layer; normalised by the
         number of real denoising queries."""
-        index = outputs[f"{self.task}.dn.index"][valid]  # (B', K)
-        batch_index, query_index = torch.nonzero(index >= 0, as_tuple=True)
-        offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=index.device).cumsum(0)
-        flat = offsets[batch_index] + index[batch_index, query_index]
+        index = outputs[f"{self.task}.dn.index"][valid]  # (B', K): each query's object in its image, -1 padding
+        batch_index, query_index, flat = assigned_pairs(index >= 0, index, targets)
         matched = {key: torch.cat([t[key] for t in targets])[flat] for key in targets[0]}
         num = max(len(batch_index), 1)
         layers = sorted({k.split(".")[1] for k in outputs if k.startswith(f"{self.task}.dn") and

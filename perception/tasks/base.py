@@ -124,8 +124,13 @@ def validate_query_head(name: str, head) -> None:
     if head.cross_attention not in CROSS_ATTENTION:
         raise ConfigError(f"model.heads.{name}.cross_attention must be one of {CROSS_ATTENTION}, "
                           f"got {head.cross_attention!r}")
-    if getattr(head, "denoising_queries", 0) < 0:
+
+
+def validate_box_query_head(name: str, head) -> None:
+    """``validate_query_head`` plus the box heads' denoising fields (``BoxQueryConfig``)."""
+    validate_query_head(name, head)
+    if head.denoising_queries < 0:
         raise ConfigError(f"model.heads.{name}.denoising_queries must be >= 0 (0 = off), got {head.denoising_queries}")
     for noise in ("denoising_box_noise", "denoising_label_noise"):
-        if not 0.0 <= getattr(head, noise, 0.0) <= 1.0:
+        if not 0.0 <= getattr(head, noise) <= 1.0:
             raise ConfigError(f"model.heads.{name}.{noise} must be in [0, 1], got {getattr(head, noise)}")

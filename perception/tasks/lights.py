@@ -15,7 +15,7 @@ from perception.core.light_states import LIGHT_STATES
 from perception.losses.box_set_loss import LightCriterion
 from perception.metrics.box_ap import coco_ap50
 from perception.postprocess.lights import decode_lights
-from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
+from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_box_query_head
 from perception.tasks.decoder_config import BoxQueryConfig
 
 
@@ -39,7 +39,7 @@ class LightTask(Task):
     int8_float = True  # small boxes: INT8 cost light AP50 (perception.export.int8)
 
     def validate(self, head: LightHeadConfig, cfg) -> None:
-        validate_query_head(self.name, head)
+        validate_box_query_head(self.name, head)
         if cfg.bdd100k is None:  # nuScenes has no light states: the head would never see a label
             raise ConfigError("model.heads.lights needs traffic-light labels, which only BDD100K-format data has; "
                               "set bdd100k=dict(data_root=...) or lights=None")

@@ -19,7 +19,7 @@ from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF, attribute_index
 from perception.losses.obstacle_loss import ObstacleCriterion
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
-from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_query_head
+from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_box_query_head
 from perception.tasks.decoder_config import BoxQueryConfig
 
 
@@ -89,7 +89,7 @@ class ObstacleTask(Task):
     query_outputs = True
 
     def validate(self, head: ObstacleHeadConfig, cfg) -> None:
-        validate_query_head(self.name, head)
+        validate_box_query_head(self.name, head)
         if head.yaw_bins == 1 or head.yaw_bins < 0:
             raise ConfigError(f"model.heads.obstacles.yaw_bins must be 0 (a (sin, cos) regression) or >= 2, "
                               f"got {head.yaw_bins}")

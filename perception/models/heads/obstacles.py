@@ -79,7 +79,7 @@ class ObstacleHead(BoxQueryHead):
         self.box_embed = nn.Linear(len(BOX_FEATURES), dim)
         self.yaw_bins = yaw_bins
         self.layout = tuple((name, 3 * yaw_bins if name == "yaw" and yaw_bins else width) for name, width in OUTPUT_3D)
-        self.register_buffer("yaw_centres", yaw_bin_centres(max(yaw_bins, 1)), persistent=False)
+        self.register_buffer("yaw_centres", yaw_bin_centres(yaw_bins) if yaw_bins else None, persistent=False)
         self.head_3d = MLP(dim, dim, sum(n for _, n in self.layout) + num_attributes, 3)
         last = self.head_3d.layers[-1]
         nn.init.zeros_(last.weight)
