@@ -116,6 +116,9 @@ VARIANTS = {
                         {"model.heads.obstacles.cross_attention": "dense",
                          "model.heads.lanes.cross_attention": "dense",
                          "model.heads.lights.cross_attention": "dense"}),
+    "obstacles_stride4": ("the obstacle head's memory, query selection and deformable sampling also on the stride-4 "
+                          "level (levels 0-3), as the light head: a traffic cone 30 m away is about one stride-8 cell",
+                          {"model.heads.obstacles.levels": [0, 1, 2, 3]}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
