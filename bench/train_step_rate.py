@@ -3,11 +3,15 @@
 
     python bench/train_step_rate.py                       # CPU, batch 1, both configs
     python bench/train_step_rate.py --device cuda --batch-size 2 --precision bf16 --configs configs/swin_t_nuscenes.py
+    python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --compile-backbone
 
 Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
 training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
 memory (on the CPU, the process's peak RSS). The step rate of the demo config is the
-baseline the others are compared with (same run: these machines are noisy).
+baseline the others are compared with (same run: these machines are noisy). ``--compile-backbone`` also times
+each config with its backbone under ``torch.compile`` (inductor), from the same initial weights: the one-off
+compile and the step ratio to eager. On the 2-core CPU it was no gain (2026-12-02, see the README); it is
+here for the GPU, where fused kernels and fewer launches are what compile is for.
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ def count_flops(model, images) -> dict[str, float]:
 
 
 def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> list[float]:
-    """Seconds per training step with the real criteria on random full-resolution targets."""
+    """Seconds per training step with the real criteria on random full-resolution targets, warmup steps
+    included (the first one holds the compile when the backbone is compiled)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, _, height, width = images.shape
     targets = random_targets(batch, height, width, device)
     times = []
-    for i in range(warmup + steps):
+    for _ in range(warmup + steps):
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -57,8 +62,7 @@ def step_times(model, criteria, images, steps: int, warmup: int, device: str, dt
         optimizer.zero_grad(set_to_none=True)
         if device == "cuda":
             torch.cuda.synchronize()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - start)
     return times
 
 
@@ -70,6 +74,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--compile-backbone", action="store_true",
+                        help="also time each config with its backbone under torch.compile")
     args = parser.parse_args()
 
     from perception.build import build_criteria, build_model
@@ -88,7 +94,9 @@ def main() -> int:
         model.train()
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        times = step_times(model, build_criteria(cfg), images, args.steps, args.warmup, args.device, dtype)
+        criteria = build_criteria(cfg)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)[args.warmup:]
         median = statistics.median(times)
         baseline = baseline or median
         line = (f"{os.path.basename(path):<24} {height}x{width}  GFLOPs/img {flops['total']:7.2f} "
@@ -100,6 +108,13 @@ def main() -> int:
         else:  # process peak RSS; it only grows, so list configs from small to large
             line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
         print(line, flush=True)
+        if args.compile_backbone:
+            model.load_state_dict(initial)
+            model.backbone = torch.compile(model.backbone)
+            times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)
+            compiled = statistics.median(times[args.warmup:])
+            print(f"{'  backbone compiled':<24} first step (compile) {times[0]:6.1f} s  step {compiled * 1e3:8.1f} ms  "
+                  f"{args.batch_size / compiled:6.2f} img/s  x{compiled / median:5.2f} vs eager", flush=True)
         del model, images
     return 0
 
