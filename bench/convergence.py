@@ -119,6 +119,9 @@ VARIANTS = {
     "obstacles_stride4": ("the obstacle head's memory, query selection and deformable sampling also on the stride-4 "
                           "level (levels 0-3), as the light head: a traffic cone 30 m away is about one stride-8 cell",
                           {"model.heads.obstacles.levels": [0, 1, 2, 3]}),
+    "depth_uncertainty": ("the obstacle depth with a Laplace scale (MonoDLE / GUPNet): the depth loss is the Laplace "
+                          "negative log-likelihood, and detections rank by class score x P(depth within 1 m)",
+                          {"model.heads.obstacles.depth_uncertainty": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

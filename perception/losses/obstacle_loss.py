@@ -56,6 +56,16 @@ class ObstacleCriterion(BoxSetCriterion):
         return (F.cross_entropy(logits, nearest, reduction="sum")
                 + F.l1_loss(chosen, target, reduction="sum")) / num_targets
 
+    @staticmethod
+    def laplace_depth_loss(depth: torch.Tensor, log_scale: torch.Tensor, target: torch.Tensor,
+                           num_targets: int) -> torch.Tensor:
+        """depth, log_scale, target [M] (depth codes; log_scale = log b): the Laplace negative log-likelihood
+        sqrt(2) |depth - target| / b + log b (MonoDLE's form), minimal at b = sqrt(2) |error|. An object whose depth
+        the image leaves open (truncated, hidden, far) gets a wide b and weighs less; a clear one pulls harder."""
+        log_scale = log_scale.clamp(min=-6.0)  # b >= 0.25 %: bounded weight when an error happens to be ~0
+        error = (depth - target).abs()
+        return (math.sqrt(2.0) * error * torch.exp(-log_scale) + log_scale).sum() / num_targets
+
     def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         if "center" not in pred:  # encoder proposals carry only classes and boxes
             return {}
@@ -63,6 +73,10 @@ class ObstacleCriterion(BoxSetCriterion):
         for name in ("center", "depth", "size", "yaw", "velocity"):
             value = pred[name][batch_index, query_index]
             losses[f"obstacle_{name}"] = F.l1_loss(value, matched[name], reduction="sum") / num_targets
+        if "depth_log_scale" in pred:
+            losses["obstacle_depth"] = self.laplace_depth_loss(pred["depth"][batch_index, query_index],
+                                                               pred["depth_log_scale"][batch_index, query_index],
+                                                               matched["depth"], num_targets)
         if "yaw_bin_logits" in pred:  # MultiBin: the true bin's class and that bin's heading, not the argmax's
             losses["obstacle_yaw"] = self.yaw_bin_loss(pred["yaw_bin_logits"][batch_index, query_index],
                                                        pred["yaw_per_bin"][batch_index, query_index],

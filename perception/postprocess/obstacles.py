@@ -36,6 +36,19 @@ class CameraBoxes:
     attributes: list[str]  # [N] nuScenes attribute name or ""
 
 
+DEPTH_CONFIDENCE_RADIUS_M = 1.0  # within the devkit's 0.5-4 m matching distances
+
+
+def depth_confidence(depth_m: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
+    """[N] depths in metres and the head's log Laplace scale of their depth code -> [N] probability that the true
+    depth is within DEPTH_CONFIDENCE_RADIUS_M: 1 - exp(-r / b_m), with b_m = depth x b the scale in metres (the code
+    is log depth, so a code error e moves the depth by about depth x e). Why: the devkit matches by centre
+    distance in metres, so a far box of the same class score is less likely a true positive (GUPNet and MonoFlex
+    rank by class score x depth confidence the same way)."""
+    scale_m = (depth_m * torch.exp(log_scale)).clamp(min=1e-6)
+    return 1.0 - torch.exp(-DEPTH_CONFIDENCE_RADIUS_M / scale_m)
+
+
 def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
                  max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None) -> CameraBoxes:
     """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input. ``nms_iou``: also
@@ -47,9 +60,13 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
         boxes = box_convert(outputs["obstacles.boxes"][index][queries].float(), "cxcywh", "xyxy")
         keep = batched_nms(boxes, scores, labels, nms_iou)  # sorted by score, like top-k
         scores, queries, labels = scores[keep], queries[keep], labels[keep]
-    uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
     fx = float(intrinsics[0, 0])
     depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)
+    if "obstacles.depth_log_scale" in outputs:  # rank by class score x P(depth within DEPTH_CONFIDENCE_RADIUS_M)
+        scores = scores * depth_confidence(depth, outputs["obstacles.depth_log_scale"][index][queries].float())
+        order = torch.argsort(scores, descending=True, stable=True)  # best first, as without it
+        scores, queries, labels, depth = scores[order], queries[order], labels[order], depth[order]
+    uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
     pixels = torch.cat([uv, torch.ones_like(uv[:, :1])], dim=1).numpy()
     rays = pixels @ np.linalg.inv(intrinsics).T  # z = 1
     centre = rays * depth.numpy()[:, None]

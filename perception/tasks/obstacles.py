@@ -33,6 +33,9 @@ class ObstacleHeadConfig(BoxQueryConfig):
     # > 0: the heading as MultiBin classification over this many bins + a (sin, cos) residual per bin (Deep3DBox)
     # instead of one (sin, cos) regression, which an image that hides front from back pulls to the mean (0, 0).
     yaw_bins: int = 0
+    # Also predict the depth's Laplace scale (obstacles.depth_log_scale; MonoDLE / GUPNet): the depth loss becomes
+    # the Laplace negative log-likelihood, and detections are ranked by class score x P(depth within 1 m).
+    depth_uncertainty: bool = False
 
 
 def empty_obstacles() -> dict:
@@ -79,6 +82,9 @@ class ObstacleTask(Task):
         "obstacles.boxes": "[B,Q,4] 2D box (cx, cy, w, h) normalised to [0, 1] of the network input",
         "obstacles.center": "[B,Q,2] projected 3D box centre (u, v) normalised to [0, 1] of the network input",
         "obstacles.depth": f"[B,Q] depth code: depth_m = exp(code) * fx_input / {F_REF:g} (fx of the network input)",
+        "obstacles.depth_log_scale": ("[B,Q] (with model.heads.obstacles.depth_uncertainty) log of the Laplace scale "
+                                      "b of the depth code; the decoder multiplies the class score by "
+                                      "1 - exp(-1 m / (depth_m x b)), the chance the depth is within 1 m"),
         "obstacles.size": "[B,Q,3] log of (width, length, height) in metres",
         "obstacles.yaw": "[B,Q,2] (sin, cos) of the yaw in the camera frame (x right, y down, z forward)",
         "obstacles.velocity": "[B,Q,2] (v_x, v_z) m/s in the camera frame",
@@ -98,6 +104,7 @@ class ObstacleTask(Task):
         from perception.models.heads.obstacles import ObstacleHead
 
         return ObstacleHead(in_channels, **head.decoder_kwargs(), yaw_bins=head.yaw_bins,
+                            depth_uncertainty=head.depth_uncertainty,
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):

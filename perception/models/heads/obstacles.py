@@ -9,6 +9,11 @@ not lower the held-out translation error at the demo's budget (1.29 m vs 1.25 m,
 truncated and occluded boxes, whose 2D height is not the object's, may need the residual to learn
 more than the free regression does.
 
+Depth uncertainty (``depth_uncertainty``, MonoDLE / GUPNet / MonoDETR): a second depth output, the log of the
+scale b of a Laplace distribution over the depth code, trained by the Laplace negative log-likelihood. It lets the
+depth loss weigh objects by how well the image pins their depth (truncated, occluded, far), and the decoder ranks
+detections by how likely their depth is within a metre, not by class score alone (postprocess/obstacles.py).
+
 The 3D MLP reads the query's own 2D box (detached) beside its feature: a query's feature says what
 the object looks like but not where in the image it is, and the image row of an object's foot and
 its box height are the strongest monocular depth cues (a camera at a fixed height over the road).
@@ -25,8 +30,10 @@ from perception.core.obstacle_coding import F_REF, PRIOR_LOG_SIZE
 from perception.models.heads.box_queries import BoxQueryHead
 from perception.models.heads.query_memory import MLP
 
-# Per-query 3D outputs, in this order along the last dimension of the 3D MLP ("yaw": 3 x yaw_bins wide with bins).
-OUTPUT_3D = (("center", 2), ("depth", 1), ("size", 3), ("yaw", 2), ("velocity", 2))
+# Per-query 3D outputs, in this order along the last dimension of the 3D MLP ("yaw": 3 x yaw_bins wide with bins;
+# "depth_log_scale" only with depth_uncertainty).
+OUTPUT_3D = (("center", 2), ("depth", 1), ("size", 3), ("yaw", 2), ("velocity", 2), ("depth_log_scale", 1))
+INITIAL_DEPTH_LOG_SCALE = math.log(0.2)  # a Laplace scale of 0.2 in log depth: +-20 % at the start
 
 
 def yaw_bin_centres(bins: int) -> torch.Tensor:
@@ -67,9 +74,10 @@ class ObstacleHead(BoxQueryHead):
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
                  reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense",
-                 yaw_bins: int = 0, **denoising):
+                 yaw_bins: int = 0, depth_uncertainty: bool = False, **denoising):
         """``input_height`` (pixels of the network input): turns on the geometric depth prior; ``yaw_bins`` > 0: the
-        heading as MultiBin classification + per-bin residual instead of a (sin, cos) regression; ``denoising``:
+        heading as MultiBin classification + per-bin residual instead of a (sin, cos) regression;
+        ``depth_uncertainty``: also the Laplace scale of the depth code (``obstacles.depth_log_scale``); ``denoising``:
         ``BoxQueryHead``'s denoising options."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
@@ -78,7 +86,8 @@ class ObstacleHead(BoxQueryHead):
         self.input_height = input_height
         self.box_embed = nn.Linear(len(BOX_FEATURES), dim)
         self.yaw_bins = yaw_bins
-        self.layout = tuple((name, 3 * yaw_bins if name == "yaw" and yaw_bins else width) for name, width in OUTPUT_3D)
+        self.layout = tuple((name, 3 * yaw_bins if name == "yaw" and yaw_bins else width) for name, width in OUTPUT_3D
+                            if name != "depth_log_scale" or depth_uncertainty)
         self.register_buffer("yaw_centres", yaw_bin_centres(yaw_bins) if yaw_bins else None, persistent=False)
         self.head_3d = MLP(dim, dim, sum(n for _, n in self.layout) + num_attributes, 3)
         last = self.head_3d.layers[-1]
@@ -92,6 +101,8 @@ class ObstacleHead(BoxQueryHead):
                 last.bias[6 + yaw_bins + 1:6 + 3 * yaw_bins:2] = 1.0  # every bin's residual (sin, cos) = (0, 1)
             else:
                 last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
+            if depth_uncertainty:
+                last.bias[sum(width for _, width in self.layout) - 1] = INITIAL_DEPTH_LOG_SCALE
 
     def extra_outputs(self, index: int, queries: torch.Tensor, boxes: torch.Tensor,
                       prefix: str) -> dict[str, torch.Tensor]:
@@ -107,6 +118,8 @@ class ObstacleHead(BoxQueryHead):
                 out["yaw_bin_logits"], out["yaw_per_bin"] = logits, per_bin
         out["center"] = boxes[..., :2] + out["center"] * boxes[..., 2:]
         out["depth"] = out["depth"][..., 0]
+        if "depth_log_scale" in out:
+            out["depth_log_scale"] = out["depth_log_scale"][..., 0]
         if self.input_height:
             log_height = out["size"][..., 2].detach()  # log metres
             box_height = (boxes[..., 3].detach() * self.input_height).clamp(min=1.0)  # pixels
@@ -120,6 +133,7 @@ class ObstacleHead(BoxQueryHead):
         obstacles.boxes [B,Q,4]      2D box cxcywh in [0, 1]
         obstacles.center [B,Q,2]     projected 3D centre (u, v) in [0, 1]
         obstacles.depth [B,Q]        depth code (see obstacle_coding)
+        obstacles.depth_log_scale [B,Q]  with depth_uncertainty: log of the Laplace scale of the depth code
         obstacles.size [B,Q,3]       log (w, l, h) metres
         obstacles.yaw [B,Q,2]        (sin, cos) of yaw_cam (with yaw_bins: the most likely bin's heading;
                                      training adds obstacles.yaw_bin_logits [B,Q,K], obstacles.yaw_per_bin [B,Q,K,2])
