@@ -95,6 +95,8 @@ def test_decoder_ranks_by_class_score_times_depth_confidence():
                                                                    torch.tensor([math.log(0.3), math.log(0.02)]))
     assert np.allclose(boxes.scores, [scores[1], scores[0]], atol=1e-6)  # best first
     assert np.allclose(boxes.center_cam[0, 0], (0.7 * 64 - 32) / 100 * 10, atol=1e-4)  # the second query's box
+    unscaled = decode_image(outputs, 0, intrinsics, (32, 64), use_depth_confidence=False)  # postprocess switch
+    assert np.allclose(unscaled.scores, torch.tensor([2.0, 1.0]).sigmoid())
     del outputs["obstacles.depth_log_scale"]
     plain = decode_image(outputs, 0, intrinsics, (32, 64))
     assert np.allclose(plain.scores, torch.tensor([2.0, 1.0]).sigmoid())

@@ -83,7 +83,7 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
         truth_boxes = visible_truth_boxes(info, cfg.min_obstacle_visibility)
         drawing.draw_boxes_3d(canvas, truth_boxes, original_intrinsics, 0.0, colour=drawing.TRUTH_RGB)
         predicted = decode_image(outputs, 0, meta["intrinsics"], input_size, post.obstacle_max_per_image,
-                                 post.obstacle_score_threshold, post.obstacle_nms_iou)
+                                 post.obstacle_score_threshold, post.obstacle_nms_iou, post.obstacle_depth_confidence)
         drawing.draw_boxes_3d(canvas, predicted, original_intrinsics, REPORT_MIN_SCORE)
         panel = drawing.bev_panel(drawing.camera_bev_entries(predicted, REPORT_MIN_SCORE), canvas.shape[0],
                                   truth=drawing.camera_bev_entries(truth_boxes, 0.0))

@@ -50,10 +50,13 @@ def depth_confidence(depth_m: torch.Tensor, log_scale: torch.Tensor) -> torch.Te
 
 
 def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
-                 max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None) -> CameraBoxes:
+                 max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None,
+                 use_depth_confidence: bool = True) -> CameraBoxes:
     """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input. ``nms_iou``: also
     drop a detection whose 2D box overlaps a higher-scoring one of its class by more than this IoU (for heads
-    trained with one-to-many class targets, whose duplicate queries score alike); None: NMS-free."""
+    trained with one-to-many class targets, whose duplicate queries score alike); None: NMS-free.
+    ``use_depth_confidence``: where the outputs have ``obstacles.depth_log_scale``, multiply each score by
+    ``depth_confidence`` and re-rank (top-k and NMS still go by class score)."""
     height, width = input_size
     scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], max_detections, score_threshold)
     if nms_iou is not None and len(scores):
@@ -62,7 +65,7 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
         scores, queries, labels = scores[keep], queries[keep], labels[keep]
     fx = float(intrinsics[0, 0])
     depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)
-    if "obstacles.depth_log_scale" in outputs:  # rank by class score x P(depth within DEPTH_CONFIDENCE_RADIUS_M)
+    if use_depth_confidence and "obstacles.depth_log_scale" in outputs:  # class score x P(depth within 1 m)
         scores = scores * depth_confidence(depth, outputs["obstacles.depth_log_scale"][index][queries].float())
         order = torch.argsort(scores, descending=True, stable=True)  # best first, as without it
         scores, queries, labels, depth = scores[order], queries[order], labels[order], depth[order]

@@ -119,7 +119,7 @@ class ObstacleTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
         """CameraBoxes in the camera frame; ``input_intrinsics``: the camera's intrinsics in input pixels."""
         return decode_image(outputs, i, input_intrinsics, tuple(input_size), post.obstacle_max_per_image,
-                            post.obstacle_score_threshold, post.obstacle_nms_iou)
+                            post.obstacle_score_threshold, post.obstacle_nms_iou, post.obstacle_depth_confidence)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_boxes_3d
