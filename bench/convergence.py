@@ -120,8 +120,9 @@ VARIANTS = {
                           "level (levels 0-3), as the light head: a traffic cone 30 m away is about one stride-8 cell",
                           {"model.heads.obstacles.levels": [0, 1, 2, 3]}),
     "depth_uncertainty": ("the obstacle depth with a Laplace scale (MonoDLE / GUPNet): the depth loss is the Laplace "
-                          "negative log-likelihood, and detections rank by class score x P(depth within 1 m)",
-                          {"model.heads.obstacles.depth_uncertainty": True}),
+                          "negative log-likelihood; scored ranking by class score x P(depth within 1 m)",
+                          {"model.heads.obstacles.depth_uncertainty": True,
+                           "postprocess.obstacle_depth_confidence": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -90,15 +90,15 @@ def _two_detections(log_scales: list[float]) -> tuple[np.ndarray, dict[str, torc
 
 def test_decoder_ranks_by_class_score_times_depth_confidence():
     intrinsics, outputs = _two_detections([math.log(0.3), math.log(0.02)])  # the second is far more certain
-    boxes = decode_image(outputs, 0, intrinsics, (32, 64))
+    boxes = decode_image(outputs, 0, intrinsics, (32, 64), use_depth_confidence=True)
     scores = torch.tensor([2.0, 1.0]).sigmoid() * depth_confidence(torch.full((2,), 10.0),
                                                                    torch.tensor([math.log(0.3), math.log(0.02)]))
     assert np.allclose(boxes.scores, [scores[1], scores[0]], atol=1e-6)  # best first
     assert np.allclose(boxes.center_cam[0, 0], (0.7 * 64 - 32) / 100 * 10, atol=1e-4)  # the second query's box
-    unscaled = decode_image(outputs, 0, intrinsics, (32, 64), use_depth_confidence=False)  # postprocess switch
+    unscaled = decode_image(outputs, 0, intrinsics, (32, 64))  # postprocess.obstacle_depth_confidence's default
     assert np.allclose(unscaled.scores, torch.tensor([2.0, 1.0]).sigmoid())
     del outputs["obstacles.depth_log_scale"]
-    plain = decode_image(outputs, 0, intrinsics, (32, 64))
+    plain = decode_image(outputs, 0, intrinsics, (32, 64), use_depth_confidence=True)
     assert np.allclose(plain.scores, torch.tensor([2.0, 1.0]).sigmoid())
 
 

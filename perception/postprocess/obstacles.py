@@ -51,7 +51,7 @@ def depth_confidence(depth_m: torch.Tensor, log_scale: torch.Tensor) -> torch.Te
 
 def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
                  max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None,
-                 use_depth_confidence: bool = True) -> CameraBoxes:
+                 use_depth_confidence: bool = False) -> CameraBoxes:
     """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input. ``nms_iou``: also
     drop a detection whose 2D box overlaps a higher-scoring one of its class by more than this IoU (for heads
     trained with one-to-many class targets, whose duplicate queries score alike); None: NMS-free.
