@@ -95,7 +95,7 @@ def main() -> int:
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         criteria = build_criteria(cfg)
-        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        initial = {k: v.clone() for k, v in model.state_dict().items()} if args.compile_backbone else None
         times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)[args.warmup:]
         median = statistics.median(times)
         baseline = baseline or median

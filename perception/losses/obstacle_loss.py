@@ -72,15 +72,15 @@ class ObstacleCriterion(BoxSetCriterion):
         losses = {}
         for name in ("center", "depth", "size", "yaw", "velocity"):
             value = pred[name][batch_index, query_index]
-            losses[f"obstacle_{name}"] = F.l1_loss(value, matched[name], reduction="sum") / num_targets
-        if "depth_log_scale" in pred:
-            losses["obstacle_depth"] = self.laplace_depth_loss(pred["depth"][batch_index, query_index],
-                                                               pred["depth_log_scale"][batch_index, query_index],
-                                                               matched["depth"], num_targets)
-        if "yaw_bin_logits" in pred:  # MultiBin: the true bin's class and that bin's heading, not the argmax's
-            losses["obstacle_yaw"] = self.yaw_bin_loss(pred["yaw_bin_logits"][batch_index, query_index],
-                                                       pred["yaw_per_bin"][batch_index, query_index],
-                                                       matched["yaw"], num_targets)
+            if name == "depth" and "depth_log_scale" in pred:  # with a predicted scale: the Laplace NLL, not the L1
+                losses["obstacle_depth"] = self.laplace_depth_loss(
+                    value, pred["depth_log_scale"][batch_index, query_index], matched["depth"], num_targets)
+            elif name == "yaw" and "yaw_bin_logits" in pred:  # MultiBin: the true bin's class and heading
+                losses["obstacle_yaw"] = self.yaw_bin_loss(pred["yaw_bin_logits"][batch_index, query_index],
+                                                           pred["yaw_per_bin"][batch_index, query_index],
+                                                           matched["yaw"], num_targets)
+            else:
+                losses[f"obstacle_{name}"] = F.l1_loss(value, matched[name], reduction="sum") / num_targets
         attribute = matched["attribute"]
         has_attribute = attribute != NO_ATTRIBUTE
         if bool(has_attribute.any()):

@@ -34,7 +34,7 @@ class ObstacleHeadConfig(BoxQueryConfig):
     # instead of one (sin, cos) regression, which an image that hides front from back pulls to the mean (0, 0).
     yaw_bins: int = 0
     # Also predict the depth's Laplace scale (obstacles.depth_log_scale; MonoDLE / GUPNet): the depth loss becomes
-    # the Laplace negative log-likelihood, and detections are ranked by class score x P(depth within 1 m).
+    # the Laplace negative log-likelihood (postprocess.obstacle_depth_confidence can also rank by it).
     depth_uncertainty: bool = False
 
 
@@ -83,8 +83,9 @@ class ObstacleTask(Task):
         "obstacles.center": "[B,Q,2] projected 3D box centre (u, v) normalised to [0, 1] of the network input",
         "obstacles.depth": f"[B,Q] depth code: depth_m = exp(code) * fx_input / {F_REF:g} (fx of the network input)",
         "obstacles.depth_log_scale": ("[B,Q] (with model.heads.obstacles.depth_uncertainty) log of the Laplace scale "
-                                      "b of the depth code; the decoder multiplies the class score by "
-                                      "1 - exp(-1 m / (depth_m x b)), the chance the depth is within 1 m"),
+                                      "b of the depth code; with postprocess.obstacle_depth_confidence the decoder "
+                                      "multiplies the class score by 1 - exp(-1 m / (depth_m x b)), the chance the "
+                                      "depth is within 1 m"),
         "obstacles.size": "[B,Q,3] log of (width, length, height) in metres",
         "obstacles.yaw": "[B,Q,2] (sin, cos) of the yaw in the camera frame (x right, y down, z forward)",
         "obstacles.velocity": "[B,Q,2] (v_x, v_z) m/s in the camera frame",

@@ -11,8 +11,9 @@ more than the free regression does.
 
 Depth uncertainty (``depth_uncertainty``, MonoDLE / GUPNet / MonoDETR): a second depth output, the log of the
 scale b of a Laplace distribution over the depth code, trained by the Laplace negative log-likelihood. It lets the
-depth loss weigh objects by how well the image pins their depth (truncated, occluded, far), and the decoder ranks
-detections by how likely their depth is within a metre, not by class score alone (postprocess/obstacles.py).
+depth loss weigh objects by how well the image pins their depth (truncated, occluded, far); with
+``postprocess.obstacle_depth_confidence`` the decoder also ranks detections by how likely their depth is within a
+metre (postprocess/obstacles.py; off by default: it cost mAP in the convergence study).
 
 The 3D MLP reads the query's own 2D box (detached) beside its feature: a query's feature says what
 the object looks like but not where in the image it is, and the image row of an object's foot and
