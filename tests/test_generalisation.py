@@ -6,9 +6,10 @@ runner on nuScenes-format + BDD100K-format synthetic data, then:
 - held-out metrics (devkit mAP, light AP50, BDD100K's lane F-score at 5 px) clear floors well above
   the untrained model (0.000 on each); the CULane-style lane F1 (IoU >= 0.5) is printed: it is still
   0.000 at this budget;
-- the swap test: on held-out images, each query head's class loss with the right targets is
-  clearly below its class loss with another image's targets. A head that ignores the image
-  (predicts the dataset's mean) scores the same on both; one that reads the image does not.
+- the swap test: on held-out images, each query head's loss with the right targets is clearly below
+  its loss with another image's targets (the class loss of obstacles and lights, the row positions of
+  lanes). A head that ignores the image (predicts the dataset's mean) scores the same on both; one
+  that reads the image does not.
 """
 
 from __future__ import annotations
@@ -42,13 +43,19 @@ STEPS = 400
 # (untrained 0.000: it keeps no lane, and every held-out frame has lanes), 2 px 0.058: the lane head places
 # lanes near the markings of unseen frames, not yet within the IoU metric's ~3 input px. Floor at half.
 FLOORS = {"nuscenes/mAP": 0.01, "lights/AP50": 0.07, "lanes/F1_pix5_bdd100k": 0.08}
-# Held-out class loss with the right targets / with another image's targets must stay below these
-# (an image-blind head scores ~1.0). Measured after 400 steps: obstacles 0.649, lights 0.748 (0.752
-# and 0.677 without ReferenceSampler); with the lanes proposed through their token, the lane-marking
-# mask and the box-aware 3D MLP (2026-12-01): obstacles 0.672, lights 0.717, lanes 0.932. With the
-# deformable obstacle head (2026-12-02): obstacles 0.638,
-# lights 0.697, lanes 0.832 (asserted since 2026-12-02, with a bound between that and image-blind 1.0).
-SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8, "lane_cls": 0.92}
+# Held-out loss with the right targets / with another image's targets must stay below these (an
+# image-blind head scores ~1.0). History: after 400 steps obstacles 0.649, lights 0.748 (0.752 and 0.677
+# without ReferenceSampler); with the lane token, lane-marking mask and box-aware 3D MLP (2026-12-01):
+# 0.672, 0.717, lane class 0.932; deformable obstacle head (2026-12-02, an Intel CPU): 0.638, 0.697, 0.832.
+# The same code gives other figures on another CPU (float rounding changes the 400-step trajectory): on
+# an AMD EPYC, seeds 0-3 (2026-12-02, BDD images swapped with the other held-out drive's):
+#   obstacle_cls 0.688 at seed 0 (0.679 0.635 0.678 0.677 pairing within batches of 8)
+#   light_cls 0.626 0.664 0.681 0.618 | lane_points 0.641 0.792 0.737 0.819
+#   lane_cls 0.930 0.926 0.917 0.906 (0.968 0.926 0.899 0.936 with the next frame of the same drive)
+# The lane class loss is not asserted: every synthetic frame shows the same kinds of lane (the ego road's
+# dividers and curbs), so which queries hold a lane of which class hardly depends on the image and the
+# ratio sits at 0.83-0.97 by CPU and seed. Where the lanes lie does: the row-position (L1) loss is asserted.
+SWAP_RATIOS = {"obstacle_cls": 0.85, "light_cls": 0.8, "lane_points": 0.9}
 HEADS = dict(drivable=dict(channels=32, num_classes=2),
              obstacles=dict(dim=64, num_queries=60, num_layers=3, ffn_dim=256, cross_attention="deformable"),
              lanes=dict(dim=64, num_queries=20, num_layers=2, ffn_dim=256),
@@ -103,37 +110,36 @@ def test_query_heads_score_on_held_out_scenes_and_read_the_image(scenes, tmp_pat
 
     model = TorchPredictor(cfg, checkpoint).model
     ratios = _swap_ratios(cfg, model)
-    print("held-out class loss, right / swapped targets: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+    print("held-out loss, right / swapped targets: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
     for name, bound in SWAP_RATIOS.items():
-        assert ratios[name] < bound, f"{name}: right / swapped class loss {ratios[name]:.3f}: it ignores the image"
+        assert ratios[name] < bound, f"{name}: right / swapped loss {ratios[name]:.3f}: it ignores the image"
 
 
 @torch.no_grad()
 def _swap_ratios(cfg, model) -> dict[str, float]:
-    """Per head, held-out class loss with each image's own targets / with the next image's targets."""
+    """Per loss, held-out loss with each image's own targets / with another image's targets. nuScenes'
+    held-out scene pairs each camera image with the next one (the next camera: other objects); BDD100K's
+    two held-out drives pair frame k of one with frame k of the other (the next frame of the same drive
+    shows nearly the same lanes and lights). Also the lane class loss, printed only."""
     criteria = build_criteria(cfg)
     datamodule = build_datamodule(cfg)
-    sources = {"obstacle_cls": datamodule.dataset("val"), "lane_cls": datamodule.bdd100k_dataset("val"),
-               "light_cls": datamodule.bdd100k_dataset("val")}
-    ratios = {}
-    for loss_name, dataset in sources.items():
-        right = swapped = 0.0
-        for start in range(0, len(dataset), 8):
-            items = [dataset[i] for i in range(start, min(start + 8, len(dataset)))]
-            if len(items) < 2:
-                continue
-            batch = datamodule.collate(items)
-            rolled = datamodule.collate([{**item, "image": other["image"]}
-                                         for item, other in zip(items, items[1:] + items[:1])])
-            for target_batch, accumulate in ((batch, "right"), (rolled, "swapped")):
+    nuscenes, bdd = datamodule.dataset("val"), datamodule.bdd100k_dataset("val")
+    # (dataset, index shift of the swapped image, the losses read from it)
+    groups = [(nuscenes, 1, ("obstacle_cls",)), (bdd, len(bdd) // 2, ("light_cls", "lane_points", "lane_cls"))]
+    right, swapped = {}, {}
+    for dataset, shift, names in groups:
+        items = [dataset[i] for i in range(len(dataset))]
+        for start in range(0, len(items), 8):
+            indices = range(start, min(start + 8, len(items)))
+            batch = datamodule.collate([items[i] for i in indices])
+            rolled = datamodule.collate([{**items[i], "image": items[(i + shift) % len(items)]["image"]}
+                                         for i in indices])
+            for target_batch, sums in ((batch, right), (rolled, swapped)):
                 outputs = model(to_model_input(target_batch["images"]))
                 losses = {}
                 for criterion in criteria.values():
-                    if loss_name in criterion.loss_names:
+                    if any(name in criterion.loss_names for name in names):
                         losses.update(criterion(outputs, target_batch["targets"]))
-                if accumulate == "right":
-                    right += float(losses[loss_name])
-                else:
-                    swapped += float(losses[loss_name])
-        ratios[loss_name] = right / max(swapped, 1e-9)
-    return ratios
+                for name in names:
+                    sums[name] = sums.get(name, 0.0) + float(losses[name])
+    return {name: right[name] / max(swapped[name], 1e-9) for name in right}
