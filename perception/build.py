@@ -22,7 +22,7 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
              for task in cfg.heads.enabled}
     if not heads:
         raise ValueError("model.heads enables no head")
-    return PerceptionModel(backbone, neck, heads)
+    return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale)
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:

@@ -106,6 +106,9 @@ class ModelConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     neck: NeckConfig = field(default_factory=NeckConfig)
     heads: HeadsConfig = field(default_factory=HeadsConfig)
+    # Training only: head name -> factor on the gradient that head sends into the shared backbone and FPN
+    # (models/gradient_scale.py); e.g. dict(lights=0.1). Heads not named keep 1. The forward pass is unchanged.
+    trunk_gradient_scale: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -184,6 +187,13 @@ def validate(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")
     for task in cfg.model.heads.enabled:
         task.validate(getattr(cfg.model.heads, task.name), cfg)
+    enabled = [task.name for task in cfg.model.heads.enabled]
+    for name, factor in cfg.model.trunk_gradient_scale.items():
+        if name not in enabled:
+            raise ConfigError(f"model.trunk_gradient_scale has key {name!r}, which is not an enabled head; "
+                              f"enabled heads are {enabled}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 <= factor <= 10.0:
+            raise ConfigError(f"model.trunk_gradient_scale.{name} must be a number in [0, 10], got {factor!r}")
     if not cfg.model.heads.enabled:
         raise ConfigError("model.heads enables no head; set at least one of "
                           f"{[t.name for t in cfg.model.heads.tasks]}")

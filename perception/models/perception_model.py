@@ -5,16 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from perception.models.gradient_scale import scale_gradient
+
 
 class PerceptionModel(nn.Module):
     """``forward(images [B,3,H,W]) -> {"<task>.<output>": tensor}``; a flat dict exports to ONNX
     with named outputs. Camera geometry never enters the network."""
 
-    def __init__(self, backbone: nn.Module, neck: nn.Module, heads: dict[str, nn.Module]):
+    def __init__(self, backbone: nn.Module, neck: nn.Module, heads: dict[str, nn.Module],
+                 trunk_gradient_scale: dict[str, float] | None = None):
+        """``trunk_gradient_scale``: head name -> factor on the gradient that head sends into the shared
+        backbone and FPN in training (gradient_scale.py); heads not named keep 1."""
         super().__init__()
         self.backbone = backbone
         self.neck = neck
         self.heads = nn.ModuleDict(heads)
+        self.trunk_gradient_scale = {name: float(f) for name, f in (trunk_gradient_scale or {}).items()}
 
     @property
     def denoising_tasks(self) -> tuple[str, ...]:
@@ -27,8 +33,12 @@ class PerceptionModel(nn.Module):
         levels = self.neck(self.backbone(images))
         outputs: dict[str, torch.Tensor] = {}
         for name, head in self.heads.items():
+            head_levels = levels
+            factor = self.trunk_gradient_scale.get(name, 1.0)
+            if self.training and factor != 1.0:  # identity forward: inference and export never see it
+                head_levels = [scale_gradient(level, factor) for level in levels]
             if denoising is not None and name in denoising:
-                outputs.update(head(levels, denoising=denoising[name]))
+                outputs.update(head(head_levels, denoising=denoising[name]))
             else:
-                outputs.update(head(levels))
+                outputs.update(head(head_levels))
         return outputs

@@ -1,0 +1,76 @@
+"""model.trunk_gradient_scale: a head's gradient into the shared trunk is scaled in training, nothing else."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perception.build import build_model
+from perception.config import ConfigError, parse_config
+from perception.models.gradient_scale import scale_gradient
+from tests.conftest import TINY_MODEL, experiment_dict
+
+LIGHT_HEAD = dict(dim=32, num_queries=8, num_layers=1, num_heads=2, ffn_dim=64)
+
+
+def two_head_model(scale: dict) -> tuple[torch.nn.Module, object]:
+    model_cfg = dict(TINY_MODEL, heads=dict(drivable=dict(channels=32, num_classes=2), lights=LIGHT_HEAD),
+                     trunk_gradient_scale=scale)
+    cfg = parse_config(experiment_dict("/unused", model=model_cfg,
+                                       bdd100k=dict(data_root="/unused", sample_fraction=0.5)))
+    torch.manual_seed(0)
+    return build_model(cfg.model, tuple(cfg.input_size)), cfg
+
+
+def trunk_gradient(model: torch.nn.Module, images: torch.Tensor, output: str) -> torch.Tensor:
+    """The gradient of one head's output sum on the backbone's first weights."""
+    model.zero_grad(set_to_none=True)
+    model(images)[output].float().sum().backward()
+    return model.backbone.body.patch_embed.proj.weight.grad.clone()
+
+
+def test_identity_forward_and_scaled_backward():
+    x = torch.randn(3, 4, requires_grad=True)
+    y = scale_gradient(x, 0.25)
+    assert torch.equal(y, x)
+    y.sum().backward()
+    assert torch.allclose(x.grad, torch.full_like(x, 0.25))
+    assert not scale_gradient(x, 0.0).requires_grad  # 0: the trunk gets nothing from this head
+    assert scale_gradient(x, 1.0) is x
+
+
+def test_only_the_named_heads_gradient_into_the_trunk_is_scaled():
+    images = torch.randn(2, 3, 224, 448)
+    plain, _ = two_head_model({})
+    scaled, _ = two_head_model({"lights": 0.1})
+    scaled.load_state_dict(plain.state_dict())
+    plain.train(), scaled.train()
+    light_plain = trunk_gradient(plain, images, "lights.logits")
+    light_scaled = trunk_gradient(scaled, images, "lights.logits")
+    assert light_plain.abs().max() > 0
+    assert torch.allclose(light_scaled, 0.1 * light_plain, rtol=1e-3, atol=1e-6)
+    # the light head's own weights and the other head's trunk gradient are untouched
+    head_weight = next(p for n, p in scaled.named_parameters() if n.startswith("heads.lights."))
+    head_weight_plain = dict(plain.named_parameters())[next(n for n, _ in scaled.named_parameters()
+                                                            if n.startswith("heads.lights."))]
+    assert torch.allclose(head_weight.grad, head_weight_plain.grad, rtol=1e-3, atol=1e-6)
+    assert torch.allclose(trunk_gradient(scaled, images, "drivable.logits"),
+                          trunk_gradient(plain, images, "drivable.logits"), rtol=1e-3, atol=1e-6)
+
+
+def test_inference_is_unchanged():
+    images = torch.randn(1, 3, 224, 448)
+    plain, _ = two_head_model({})
+    scaled, _ = two_head_model({"lights": 0.0})
+    scaled.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        a, b = plain.eval()(images), scaled.eval()(images)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("scale, message", [({"obstacles": 0.5}, "not an enabled head"),
+                                            ({"lights": -1.0}, r"in \[0, 10\]"),
+                                            ({"lights": "low"}, r"in \[0, 10\]")])
+def test_bad_scales_are_config_errors(scale, message):
+    with pytest.raises(ConfigError, match=message):
+        two_head_model(scale)
