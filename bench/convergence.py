@@ -123,6 +123,17 @@ VARIANTS = {
                           "negative log-likelihood; scored ranking by class score x P(depth within 1 m)",
                           {"model.heads.obstacles.depth_uncertainty": True,
                            "postprocess.obstacle_depth_confidence": True}),
+    "min_visibility_0.4": ("obstacle targets the camera sees less than 40 % of dropped (the default drops < 20 %)",
+                           {"min_obstacle_visibility": 0.4}),
+    # Diagnostics of what the query heads lose by sharing the trunk and the step budget with each other:
+    "lanes_only": ("the lane and drivable heads alone (the box heads off): what the lane head learns with the "
+                   "whole trunk and every step to itself", {"model.heads.obstacles": None, "model.heads.lights": None}),
+    "light_trunk_gradient_0.1": ("the light head's gradient into the shared backbone and FPN scaled by 0.1 "
+                                 "(model.trunk_gradient_scale): it was 5-10x each other head's there",
+                                 {"model.trunk_gradient_scale.lights": 0.1}),
+    "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
+                            "from the lane and drivable heads alone",
+                            {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
