@@ -74,3 +74,28 @@ def test_inference_is_unchanged():
 def test_bad_scales_are_config_errors(scale, message):
     with pytest.raises(ConfigError, match=message):
         two_head_model(scale)
+
+
+def test_clip_per_part_clips_the_trunk_and_each_head_on_its_own():
+    from perception.training.assembly import build_system
+
+    _, cfg = two_head_model({})
+    cfg.optimizer.clip_per_part = True
+    system = build_system(cfg)
+    for name, p in system.model.named_parameters():  # the light head's gradient is large, the rest small
+        p.grad = torch.full_like(p, 10.0 if name.startswith("heads.lights.") else 1e-4)
+    small = {name: p.grad.clone() for name, p in system.model.named_parameters()
+             if not name.startswith("heads.lights.")}
+    system.configure_gradient_clipping(None, gradient_clip_val=1.0)
+    lights = [p.grad for name, p in system.model.named_parameters() if name.startswith("heads.lights.")]
+    assert abs(torch.sqrt(sum((g ** 2).sum() for g in lights)).item() - 1.0) < 1e-4
+    # under the clip on their own: unchanged (a global clip would have scaled them down with the light head)
+    for name, p in system.model.named_parameters():
+        if name in small:
+            assert torch.equal(p.grad, small[name]), name
+
+
+def test_clip_per_part_needs_a_clip_value():
+    model_cfg = dict(TINY_MODEL)
+    with pytest.raises(ConfigError, match="gradient_clip_val"):
+        parse_config(experiment_dict("/unused", model=model_cfg, optimizer=dict(lr=1e-3, clip_per_part=True)))

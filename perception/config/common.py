@@ -18,6 +18,10 @@ class OptimizerConfig:
     # > 0: evaluate and export an exponential moving average of the weights (perception.training.ema);
     # 0: the raw weights.
     ema_decay: float = 0.0
+    # With trainer.gradient_clip_val: clip the gradient norm of each part of the network on its own (the
+    # shared trunk, each head) instead of the whole gradient's: a head with large gradients (the light head's
+    # GIoU on boxes a few pixels wide) then no longer scales down every other head's step.
+    clip_per_part: bool = False
 
 
 @dataclass
@@ -59,6 +63,9 @@ def _validate_training(cfg) -> None:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
     if not 0.0 <= cfg.optimizer.ema_decay < 1.0:
         raise ConfigError(f"optimizer.ema_decay must be in [0, 1) (0: off), got {cfg.optimizer.ema_decay}")
+    if cfg.optimizer.clip_per_part and not cfg.trainer.get("gradient_clip_val"):
+        raise ConfigError("optimizer.clip_per_part clips each part's gradient to trainer.gradient_clip_val; "
+                          "set trainer.gradient_clip_val (e.g. 1.0) or turn clip_per_part off")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:

@@ -47,6 +47,21 @@ class BaseSystem(L.LightningModule):
     def losses(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
+    def clip_parts(self) -> list[list[nn.Parameter]]:
+        """The parameter groups ``optimizer.clip_per_part`` clips one by one: the shared trunk (backbone and
+        neck) and each head of a multi-head model; the whole model otherwise."""
+        heads = getattr(self.model, "heads", None)
+        if not isinstance(heads, nn.ModuleDict):
+            return [list(self.model.parameters())]
+        trunk = [p for name, p in self.model.named_parameters() if not name.startswith("heads.")]
+        return [trunk] + [list(head.parameters()) for head in heads.values()]
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        if not (self.optimizer_cfg.clip_per_part and gradient_clip_val):
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        for params in self.clip_parts():
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], float(gradient_clip_val))
+
     def batch_size(self, batch: dict) -> int:
         raise NotImplementedError
 
