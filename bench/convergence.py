@@ -134,6 +134,9 @@ VARIANTS = {
     "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
                             "from the lane and drivable heads alone",
                             {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),
+    "clip_per_part": ("the gradient norm clipped per part (trunk, each head: optimizer.clip_per_part) instead of as a "
+                      "whole, where the light head's spikes set the scale of every step",
+                      {"optimizer.clip_per_part": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
