@@ -50,10 +50,9 @@ def test_only_the_named_heads_gradient_into_the_trunk_is_scaled():
     assert light_plain.abs().max() > 0
     assert torch.allclose(light_scaled, 0.1 * light_plain, rtol=1e-3, atol=1e-6)
     # the light head's own weights and the other head's trunk gradient are untouched
-    head_weight = next(p for n, p in scaled.named_parameters() if n.startswith("heads.lights."))
-    head_weight_plain = dict(plain.named_parameters())[next(n for n, _ in scaled.named_parameters()
-                                                            if n.startswith("heads.lights."))]
-    assert torch.allclose(head_weight.grad, head_weight_plain.grad, rtol=1e-3, atol=1e-6)
+    head_weight = next(n for n, _ in scaled.named_parameters() if n.startswith("heads.lights."))
+    assert torch.allclose(scaled.get_parameter(head_weight).grad, plain.get_parameter(head_weight).grad,
+                          rtol=1e-3, atol=1e-6)
     assert torch.allclose(trunk_gradient(scaled, images, "drivable.logits"),
                           trunk_gradient(plain, images, "drivable.logits"), rtol=1e-3, atol=1e-6)
 
@@ -95,7 +94,10 @@ def test_clip_per_part_clips_the_trunk_and_each_head_on_its_own():
             assert torch.equal(p.grad, small[name]), name
 
 
-def test_clip_per_part_needs_a_clip_value():
-    model_cfg = dict(TINY_MODEL)
+def test_clip_per_part_needs_a_norm_clip():
     with pytest.raises(ConfigError, match="gradient_clip_val"):
-        parse_config(experiment_dict("/unused", model=model_cfg, optimizer=dict(lr=1e-3, clip_per_part=True)))
+        parse_config(experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=True)))
+    by_value = experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=True))
+    by_value["trainer"].update(gradient_clip_val=1.0, gradient_clip_algorithm="value")
+    with pytest.raises(ConfigError, match="gradient_clip_algorithm"):
+        parse_config(by_value)

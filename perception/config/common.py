@@ -66,6 +66,10 @@ def _validate_training(cfg) -> None:
     if cfg.optimizer.clip_per_part and not cfg.trainer.get("gradient_clip_val"):
         raise ConfigError("optimizer.clip_per_part clips each part's gradient to trainer.gradient_clip_val; "
                           "set trainer.gradient_clip_val (e.g. 1.0) or turn clip_per_part off")
+    if cfg.optimizer.clip_per_part and cfg.trainer.get("gradient_clip_algorithm", "norm") != "norm":
+        raise ConfigError("optimizer.clip_per_part clips each part's gradient norm; it needs "
+                          "trainer.gradient_clip_algorithm='norm' (the default), got "
+                          f"{cfg.trainer['gradient_clip_algorithm']!r}")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:

@@ -2,11 +2,12 @@
 
 Why: the heads share one trunk, and AdamW normalises each weight's update by the *sum* of the tasks'
 gradients on it, so on the trunk the task with the largest gradient sets the direction. Measured on the
-demo model (900 steps, held-out lane F1 0.13-0.15): the light head's gradient on the trunk had norm 22-34
-(its dense focal loss over every stride-4 token, normalised by the few lights; its GIoU on boxes a few
-pixels wide), the obstacle head's 3-6, the lane head's 2-4, the drivable head's 1-2. The same lane head
-trained without the two box heads reached 0.28. A scale here changes only what reaches the trunk: the
-head's own weights see their full gradient, and the forward pass (and the exported graph) is unchanged.
+demo model (900 steps, held-out lane F1 0.13-0.15; 3 training batches): the light head's gradient on the
+trunk had norm 22-34 (its dense focal loss over every stride-4 token), the obstacle head's 8-13, the lane
+head's 4-7, the drivable head's 1-2.5. The same lane head trained without the two box heads reached 0.28.
+A scale here changes only what reaches the trunk: the head's own weights see their full gradient, and the
+forward pass (and the exported graph) is unchanged. Tried (README, convergence study): lights at 0.1 left
+every held-out metric within the seed spread; both box heads at 0 gave lanes +0.04 and mAP 0.011.
 """
 
 from __future__ import annotations
