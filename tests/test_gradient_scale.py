@@ -94,6 +94,35 @@ def test_clip_per_part_clips_the_trunk_and_each_head_on_its_own():
             assert torch.equal(p.grad, small[name]), name
 
 
+def test_clip_per_part_with_a_list_clips_only_those_heads_on_their_own():
+    from perception.training.assembly import build_system
+
+    _, cfg = two_head_model({})
+    cfg.optimizer.clip_per_part = ["drivable"]
+    system = build_system(cfg)
+    for name, p in system.model.named_parameters():  # the light head's gradient is large, the rest small
+        p.grad = torch.full_like(p, 10.0 if name.startswith("heads.lights.") else 1e-4)
+    drivable = {name: p.grad.clone() for name, p in system.model.named_parameters()
+                if name.startswith("heads.drivable.")}
+    system.configure_gradient_clipping(None, gradient_clip_val=1.0)
+    # the trunk and the light head are one part: clipped together to 1.0, the trunk scaled down with it
+    together = [p.grad for name, p in system.model.named_parameters() if name not in drivable]
+    assert abs(torch.sqrt(sum((g ** 2).sum() for g in together)).item() - 1.0) < 1e-4
+    trunk = next(p.grad for name, p in system.model.named_parameters() if not name.startswith("heads."))
+    assert trunk.abs().max().item() < 1e-4 / 100
+    for name, p in system.model.named_parameters():  # the listed head: on its own, under the clip
+        if name in drivable:
+            assert torch.equal(p.grad, drivable[name]), name
+
+
+@pytest.mark.parametrize("value, message", [(["obstacles"], "not enabled heads"), ("lights", "list of head names")])
+def test_bad_clip_per_part_is_a_config_error(value, message):
+    raw = experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=value))
+    raw["trainer"].update(gradient_clip_val=1.0)
+    with pytest.raises(ConfigError, match=message):
+        parse_config(raw)
+
+
 def test_clip_per_part_needs_a_norm_clip():
     with pytest.raises(ConfigError, match="gradient_clip_val"):
         parse_config(experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=True)))

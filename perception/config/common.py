@@ -20,8 +20,9 @@ class OptimizerConfig:
     ema_decay: float = 0.0
     # With trainer.gradient_clip_val: clip the gradient norm of each part of the network on its own (the
     # shared trunk, each head) instead of the whole gradient's: a head with large gradients (the light head's
-    # GIoU on boxes a few pixels wide) then no longer scales down every other head's step.
-    clip_per_part: bool = False
+    # GIoU on boxes a few pixels wide) then no longer scales down every other head's step. A list of head
+    # names clips only those heads on their own, and the trunk with the other heads as one part.
+    clip_per_part: bool | list = False
 
 
 @dataclass
@@ -63,6 +64,9 @@ def _validate_training(cfg) -> None:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
     if not 0.0 <= cfg.optimizer.ema_decay < 1.0:
         raise ConfigError(f"optimizer.ema_decay must be in [0, 1) (0: off), got {cfg.optimizer.ema_decay}")
+    clip = cfg.optimizer.clip_per_part
+    if not (isinstance(clip, bool) or (isinstance(clip, (list, tuple)) and all(isinstance(h, str) for h in clip))):
+        raise ConfigError(f"optimizer.clip_per_part must be true, false or a list of head names, got {clip!r}")
     if cfg.optimizer.clip_per_part and not cfg.trainer.get("gradient_clip_val"):
         raise ConfigError("optimizer.clip_per_part clips each part's gradient to trainer.gradient_clip_val; "
                           "set trainer.gradient_clip_val (e.g. 1.0) or turn clip_per_part off")

@@ -49,12 +49,16 @@ class BaseSystem(L.LightningModule):
 
     def clip_parts(self) -> list[list[nn.Parameter]]:
         """The parameter groups ``optimizer.clip_per_part`` clips one by one: the shared trunk (backbone and
-        neck) and each head of a multi-head model; the whole model otherwise."""
+        neck) and each head of a multi-head model (``True``), or only the listed heads on their own and the
+        trunk with every other head as one part (a list); the whole model without heads."""
         heads = getattr(self.model, "heads", None)
         if not isinstance(heads, nn.ModuleDict):
             return [list(self.model.parameters())]
-        trunk = [p for name, p in self.model.named_parameters() if not name.startswith("heads.")]
-        return [trunk] + [list(head.parameters()) for head in heads.values()]
+        chosen = self.optimizer_cfg.clip_per_part
+        separate = list(heads) if chosen is True else [name for name in heads if name in chosen]
+        rest = [p for name, p in self.model.named_parameters()
+                if not (name.startswith("heads.") and name.split(".")[1] in separate)]
+        return [rest] + [list(heads[name].parameters()) for name in separate]
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         if not (self.optimizer_cfg.clip_per_part and gradient_clip_val):
