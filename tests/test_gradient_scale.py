@@ -115,12 +115,22 @@ def test_clip_per_part_with_a_list_clips_only_those_heads_on_their_own():
             assert torch.equal(p.grad, drivable[name]), name
 
 
-@pytest.mark.parametrize("value, message", [(["obstacles"], "not enabled heads"), ("lights", "list of head names")])
+@pytest.mark.parametrize("value, message", [(["obstacle"], "not heads"), ("lights", "list of head names")])
 def test_bad_clip_per_part_is_a_config_error(value, message):
     raw = experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=value))
     raw["trainer"].update(gradient_clip_val=1.0)
     with pytest.raises(ConfigError, match=message):
         parse_config(raw)
+
+
+def test_clip_per_part_may_list_a_disabled_head():
+    # the demo config lists the obstacle head; bench variants that turn it off inherit the list
+    raw = experiment_dict("/unused", optimizer=dict(lr=1e-3, clip_per_part=["obstacles", "drivable"]),
+                          model=dict(TINY_MODEL, heads=dict(drivable=dict(channels=32, num_classes=2), obstacles=None)))
+    raw["trainer"].update(gradient_clip_val=1.0)
+    cfg = parse_config(raw)
+    assert [task.name for task in cfg.model.heads.enabled] == ["drivable"]
+    assert cfg.optimizer.clip_per_part == ["obstacles", "drivable"]
 
 
 def test_clip_per_part_needs_a_norm_clip():

@@ -194,11 +194,13 @@ def validate(cfg: ExperimentConfig) -> None:
                               f"enabled heads are {enabled}")
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 <= factor <= 10.0:
             raise ConfigError(f"model.trunk_gradient_scale.{name} must be a number in [0, 10], got {factor!r}")
+    # A disabled head in the list is fine (a config that turns a head off inherits the list); a name no head
+    # has is a typo.
     clip = cfg.optimizer.clip_per_part
-    unknown = [name for name in clip if name not in enabled] if isinstance(clip, (list, tuple)) else []
+    heads = [task.name for task in cfg.model.heads.tasks]
+    unknown = [name for name in clip if name not in heads] if isinstance(clip, (list, tuple)) else []
     if unknown:
-        raise ConfigError(f"optimizer.clip_per_part lists {unknown}, which are not enabled heads; "
-                          f"enabled heads are {enabled}")
+        raise ConfigError(f"optimizer.clip_per_part lists {unknown}, which are not heads; heads are {heads}")
     if not cfg.model.heads.enabled:
         raise ConfigError("model.heads enables no head; set at least one of "
                           f"{[t.name for t in cfg.model.heads.tasks]}")
