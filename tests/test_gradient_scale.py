@@ -75,14 +75,19 @@ def test_bad_scales_are_config_errors(scale, message):
         two_head_model(scale)
 
 
+def large_light_gradients(model: torch.nn.Module) -> None:
+    """Gradients as the light head's GIoU spikes leave them: large on the light head, small elsewhere."""
+    for name, p in model.named_parameters():
+        p.grad = torch.full_like(p, 10.0 if name.startswith("heads.lights.") else 1e-4)
+
+
 def test_clip_per_part_clips_the_trunk_and_each_head_on_its_own():
     from perception.training.assembly import build_system
 
     _, cfg = two_head_model({})
     cfg.optimizer.clip_per_part = True
     system = build_system(cfg)
-    for name, p in system.model.named_parameters():  # the light head's gradient is large, the rest small
-        p.grad = torch.full_like(p, 10.0 if name.startswith("heads.lights.") else 1e-4)
+    large_light_gradients(system.model)
     small = {name: p.grad.clone() for name, p in system.model.named_parameters()
              if not name.startswith("heads.lights.")}
     system.configure_gradient_clipping(None, gradient_clip_val=1.0)
@@ -100,8 +105,7 @@ def test_clip_per_part_with_a_list_clips_only_those_heads_on_their_own():
     _, cfg = two_head_model({})
     cfg.optimizer.clip_per_part = ["drivable"]
     system = build_system(cfg)
-    for name, p in system.model.named_parameters():  # the light head's gradient is large, the rest small
-        p.grad = torch.full_like(p, 10.0 if name.startswith("heads.lights.") else 1e-4)
+    large_light_gradients(system.model)
     drivable = {name: p.grad.clone() for name, p in system.model.named_parameters()
                 if name.startswith("heads.drivable.")}
     system.configure_gradient_clipping(None, gradient_clip_val=1.0)
