@@ -141,6 +141,9 @@ VARIANTS = {
                                         "clipped together with the trunk as before (clip_per_part cost light AP50 "
                                         "at seeds 0 and 2)",
                                         {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+    "bf16_mixed": ("the shipped recipe under bf16 autocast (trainer.precision=bf16-mixed): matmuls 4.6x faster on a "
+                   "CPU with AVX512-BF16, the training step 11 % faster on the 2-core demo machine",
+                   {"trainer.precision": "bf16-mixed"}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

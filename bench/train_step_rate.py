@@ -4,11 +4,15 @@
     python bench/train_step_rate.py                       # CPU, batch 1, both configs
     python bench/train_step_rate.py --device cuda --batch-size 2 --precision bf16 --configs configs/swin_t_nuscenes.py
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --compile-backbone
+    python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --precision fp32 bf16
 
 Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
 training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
-memory (on the CPU, the process's peak RSS). The step rate of the demo config is the
-baseline the others are compared with (same run: these machines are noisy). ``--compile-backbone`` also times
+memory (on the CPU, the process's peak RSS). The step rate of the first config at the first precision is
+the baseline the others are compared with (same run: these machines are noisy). Several ``--precision``
+values time each config under each, from the same initial weights: bf16 is autocast (the master weights
+stay fp32), on the CPU as on CUDA; a CPU with AVX512-BF16 or AMX runs its matmuls in bf16 natively.
+``--compile-backbone`` also times
 each config with its backbone under ``torch.compile`` (inductor), from the same initial weights: the one-off
 compile and the step ratio to eager. On the 2-core CPU it was no gain (2026-12-02, see the README); it is
 here for the GPU, where fused kernels and fewer launches are what compile is for.
@@ -73,7 +77,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16"),
+                        help="one or more; each config is timed under each, in this order")
     parser.add_argument("--compile-backbone", action="store_true",
                         help="also time each config with its backbone under torch.compile")
     args = parser.parse_args()
@@ -81,8 +86,8 @@ def main() -> int:
     from perception.build import build_criteria, build_model
     from perception.config import load_config, parse_config
 
-    dtype = torch.bfloat16 if args.precision == "bf16" else None
-    print(f"device={args.device} batch={args.batch_size} precision={args.precision} threads={torch.get_num_threads()}"
+    print(f"device={args.device} batch={args.batch_size} precision={' '.join(args.precision)} "
+          f"threads={torch.get_num_threads()}"
           f" torch={torch.__version__}")
     baseline = None
     for path in args.configs:
@@ -95,19 +100,24 @@ def main() -> int:
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         criteria = build_criteria(cfg)
-        initial = {k: v.clone() for k, v in model.state_dict().items()} if args.compile_backbone else None
-        times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)[args.warmup:]
-        median = statistics.median(times)
-        baseline = baseline or median
-        line = (f"{os.path.basename(path):<24} {height}x{width}  GFLOPs/img {flops['total']:7.2f} "
-                f"(backbone {flops['backbone']:6.2f}, neck+heads {flops['total'] - flops['backbone']:6.2f} = "
-                f"{(flops['total'] - flops['backbone']) / flops['total']:.0%})  step {median * 1e3:8.1f} ms  "
-                f"{1 / median:6.2f} steps/s  {args.batch_size / median:6.2f} img/s  x{median / baseline:5.2f} vs first")
-        if args.device == "cuda":
-            line += f"  peak mem {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
-        else:  # process peak RSS; it only grows, so list configs from small to large
-            line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
-        print(line, flush=True)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        print(f"{os.path.basename(path):<24} {height}x{width}  GFLOPs/img {flops['total']:7.2f} "
+              f"(backbone {flops['backbone']:6.2f}, neck+heads {flops['total'] - flops['backbone']:6.2f} = "
+              f"{(flops['total'] - flops['backbone']) / flops['total']:.0%})", flush=True)
+        for precision in args.precision:
+            model.load_state_dict(initial)  # every precision starts from the same weights
+            dtype = torch.bfloat16 if precision == "bf16" else None
+            times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)[args.warmup:]
+            median = statistics.median(times)
+            baseline = baseline or median
+            line = (f"  {precision:<6} step {median * 1e3:8.1f} ms  {1 / median:6.2f} steps/s  "
+                    f"{args.batch_size / median:6.2f} img/s  x{median / baseline:5.2f} vs first")
+            if args.device == "cuda":
+                line += f"  peak mem {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+            else:  # process peak RSS; it only grows, so list configs from small to large
+                line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+            print(line, flush=True)
+        dtype = torch.bfloat16 if args.precision[-1] == "bf16" else None
         if args.compile_backbone:
             model.load_state_dict(initial)
             model.backbone = torch.compile(model.backbone)
