@@ -148,10 +148,11 @@ VARIANTS = {
                               "(model.trunk_gradient_scale): there it was 3-6 against the light head's 24-47 and the "
                               "obstacle head's 11-24, and the lane head alone (lanes_only) reaches twice the lane F1",
                               {"model.trunk_gradient_scale.lanes": 3.0}),
-    "box_lane_trunk_gradient_2": ("the obstacle and lane heads' gradients into the shared trunk scaled by 2: a larger "
-                                  "share of the trunk for the two heads under their targets, taken from the light head, "
-                                  "which passes its own (lane_trunk_gradient_3 lifted lanes and cost lights and mAP)",
-                                  {"model.trunk_gradient_scale.lanes": 2.0, "model.trunk_gradient_scale.obstacles": 2.0}),
+    "box_lane_trunk_gradient_2": (
+        "the obstacle and lane heads' gradients into the shared trunk scaled by 2: a larger share of the trunk for "
+        "the two heads under their targets, taken from the light head, which passes its own (lane_trunk_gradient_3 "
+        "lifted lanes and cost lights and mAP)",
+        {"model.trunk_gradient_scale.lanes": 2.0, "model.trunk_gradient_scale.obstacles": 2.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
