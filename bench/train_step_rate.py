@@ -12,10 +12,10 @@ memory (on the CPU, the process's peak RSS). The step rate of the first config a
 the baseline the others are compared with (same run: these machines are noisy). Several ``--precision``
 values time each config under each, from the same initial weights: bf16 is autocast (the master weights
 stay fp32), on the CPU as on CUDA; a CPU with AVX512-BF16 or AMX runs its matmuls in bf16 natively.
-``--compile-backbone`` also times
-each config with its backbone under ``torch.compile`` (inductor), from the same initial weights: the one-off
-compile and the step ratio to eager. On the 2-core CPU it was no gain (2026-12-02, see the README); it is
-here for the GPU, where fused kernels and fewer launches are what compile is for.
+``--compile-backbone`` also times each config with its backbone under ``torch.compile`` (inductor), from the
+same initial weights, at the last precision given: the one-off compile and the step ratio to eager. On the
+2-core CPU it was no gain (2026-12-02, see the README); it is here for the GPU, where fused kernels and fewer
+launches are what compile is for.
 """
 
 from __future__ import annotations
@@ -117,8 +117,7 @@ def main() -> int:
             else:  # process peak RSS; it only grows, so list configs from small to large
                 line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
             print(line, flush=True)
-        dtype = torch.bfloat16 if args.precision[-1] == "bf16" else None
-        if args.compile_backbone:
+        if args.compile_backbone:  # eager's step and dtype: the last precision's, from the loop above
             model.load_state_dict(initial)
             model.backbone = torch.compile(model.backbone)
             times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)
