@@ -70,3 +70,36 @@ def test_geometric_depth_starts_at_focal_times_height_over_box_height():
     fx = 350.0
     expected = fx * 1.0 / (boxes[0, :, 3] * 224)
     assert torch.allclose(decode_depth(out["obstacles.depth"][0], fx), expected, rtol=1e-5)
+
+
+def test_inference_proposes_only_for_the_selected_tokens_and_gets_the_training_proposals():
+    """In inference each query head runs its proposal MLP on the top-k tokens only (fewer FLOPs in the
+    exported graph); they must be the training path's proposals of those tokens, and the outputs the same."""
+    from perception.models.heads.query_memory import gather_tokens, select_top_k
+
+    heads = dict(TINY_MODEL["heads"], obstacles=dict(dim=32, num_queries=12, num_layers=1, ffn_dim=64),
+                 lanes=dict(dim=32, num_queries=6, num_layers=1, ffn_dim=64),
+                 lights=dict(dim=32, num_queries=8, num_layers=1, ffn_dim=64, levels=[0, 1, 2]))
+    cfg = parse_config(experiment_dict("/unused", model=dict(TINY_MODEL, heads=heads),
+                                       bdd100k=dict(data_root="/unused")))
+    torch.manual_seed(0)
+    model = build_model(cfg.model, (128, 256))
+    with torch.no_grad():
+        for parameter in model.parameters():  # the zero-initialised last layers would hide a wrong gather
+            parameter.add_(0.05 * torch.randn_like(parameter))
+        levels = model.neck(model.backbone(torch.randn(2, 3, 128, 256)))
+        for name, geometry in (("obstacles", "boxes"), ("lanes", "points"), ("lights", "boxes")):
+            head = model.heads[name]
+            trained = head.train()(levels)
+            memory, _, anchors, _ = head.memory(levels)
+            features = head.enc_output(memory)
+            top = select_top_k(head.enc_class(features), head.num_queries)
+            every_token = head.propose(features, anchors)  # (B, N, G)
+            assert torch.equal(trained[f"{name}.dense.{geometry}"], every_token)
+            selected = head.propose(gather_tokens(features, top), gather_tokens(anchors.expand(2, -1, -1), top))
+            torch.testing.assert_close(selected, gather_tokens(every_token, top), rtol=0, atol=1e-6)
+            torch.testing.assert_close(trained[f"{name}.enc.{geometry}"], selected, rtol=0, atol=1e-6)
+            # No dropout or other training-only path changes the outputs: the whole decoder agrees.
+            inferred = head.eval()(levels)
+            for output in (f"{name}.logits", f"{name}.{geometry}"):
+                torch.testing.assert_close(inferred[output], trained[output], rtol=0, atol=1e-5)

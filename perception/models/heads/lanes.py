@@ -112,8 +112,8 @@ class LaneHead(QueryDecoderHead):
             zero_last_layer(mlp)
 
     def propose(self, features: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        """Every token proposes a lane through its own centre (anchors [1,N,4] cxcywh): (B, N, P)."""
-        shape = relative_basis(self.row_y.to(features.dtype), anchors[..., 1:2], SHAPE_DEGREE)  # (1, N, P, K)
+        """Every token proposes a lane through its own centre (anchors [B or 1,N,4] cxcywh): (B, N, P)."""
+        shape = relative_basis(self.row_y.to(features.dtype), anchors[..., 1:2], SHAPE_DEGREE)  # (B or 1, N, P, K)
         return anchors[..., :1] + (shape @ self.enc_points(features)[..., None]).squeeze(-1)
 
     def position(self, reference: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,8 @@ RT-DETR's query selection). Each decoder layer: the query reads the image at its
 geometry (gradient stopped between layers). A head says only what its geometry is:
 
 - ``geometry``: the output name (``boxes`` for 2D boxes, ``points`` for row-anchored lanes);
-- ``propose(features, anchors)``: every token's proposal [B,N,G];
+- ``propose(features, anchors)``: the proposals [B,N,G] of tokens [B,N,D] with anchors [B or 1,N,4] (in
+  training every token's; in inference only the selected tokens');
 - ``position(reference)``: the query's positional embedding [B,Q,D];
 - ``sample_points(reference)``: where it reads the finest level, [B,Q,K,2] (x, y) in [0, 1];
 - ``refine(i, queries, reference)``: layer i's new geometry [B,Q,G];
@@ -108,10 +109,16 @@ class QueryDecoderHead(nn.Module):
         level_shapes = [(int(levels[i].shape[-2]), int(levels[i].shape[-1])) for i in self.memory.levels]
         features = self.enc_output(memory)  # (B, N, D)
         enc_logits = self.enc_class(features)  # (B, N, C)
-        enc_geometry = self.propose(features, anchors)  # (B, N, G)
         top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
         queries = gather_tokens(features, top).detach()
-        reference = gather_tokens(enc_geometry, top)  # (B, Q, G)
+        if self.training:
+            enc_geometry = self.propose(features, anchors)  # (B, N, G): every token's, for the dense loss
+            reference = gather_tokens(enc_geometry, top)  # (B, Q, G)
+        else:
+            # Only the selected tokens' proposals are read: propose for those alone (the same values; the
+            # proposal MLP then runs on Q tokens instead of N in inference and in the exported graph).
+            top_anchors = gather_tokens(anchors.expand(features.shape[0], -1, -1), top)  # (B, Q, 4)
+            reference = self.propose(gather_tokens(features, top), top_anchors)  # (B, Q, G)
         p, g = self.prefix, self.geometry
         outputs: dict[str, torch.Tensor] = {}
         if self.training:
