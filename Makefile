@@ -65,7 +65,7 @@ demo-motion: $(STAMP) $(MOTION_DATA)/.complete
 	$(PY) tools/export_onnx.py configs/motion_synthetic.py $(MOTION_WORK)/checkpoints/last.ckpt \
 		--out $(MOTION_WORK)/forecaster.onnx
 
-# About 15 minutes on 2 cores; the overfitting tier (~7) and the extended tier (~3) run in CI after it (.ci/run).
+# About 15 minutes on 2 cores; the overfitting tier (~9) and the extended tier (~5) run in CI after it (.ci/run).
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu and not overfit and not extended"
 
