@@ -110,7 +110,8 @@ class QueryDecoderHead(nn.Module):
         features = self.enc_output(memory)  # (B, N, D)
         enc_logits = self.enc_class(features)  # (B, N, C)
         top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
-        queries = gather_tokens(features, top).detach()
+        selected = gather_tokens(features, top)  # (B, Q, D)
+        queries = selected.detach()
         if self.training:
             enc_geometry = self.propose(features, anchors)  # (B, N, G): every token's, for the dense loss
             reference = gather_tokens(enc_geometry, top)  # (B, Q, G)
@@ -118,7 +119,7 @@ class QueryDecoderHead(nn.Module):
             # Only the selected tokens' proposals are read: propose for those alone (the same values; the
             # proposal MLP then runs on Q tokens instead of N in inference and in the exported graph).
             top_anchors = gather_tokens(anchors.expand(features.shape[0], -1, -1), top)  # (B, Q, 4)
-            reference = self.propose(gather_tokens(features, top), top_anchors)  # (B, Q, G)
+            reference = self.propose(selected, top_anchors)  # (B, Q, G)
         p, g = self.prefix, self.geometry
         outputs: dict[str, torch.Tensor] = {}
         if self.training:
