@@ -23,6 +23,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("config")
     parser.add_argument("--split", action="append", help="split(s) to build (default: train and val splits)")
     parser.add_argument("--force", action="store_true", help="rebuild even if a cache exists")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes extracting scenes in parallel (default: the usable cores, at most 8)")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
     return parser
 
@@ -56,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             # Without --force, a cache another process finishes while this one waits for the lock is kept.
             build_label_cache(cfg.data_root, cfg.version, split, cfg.cameras, cache_root, cfg.drivable_max_range,
-                              only_if_missing=not args.force)
+                              only_if_missing=not args.force, workers=args.workers)
         except (PerceptionError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -9,6 +9,8 @@ not trusted there.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from shapely.geometry import box as shapely_box
 
@@ -46,10 +48,18 @@ class DrivableRasterizer:
         return polygon_mask((size, size), clipped, origin, RASTER_RESOLUTION), origin
 
 
+@functools.lru_cache(maxsize=8)
+def _camera_rays(intrinsics_bytes: bytes, height: int, width: int) -> np.ndarray:
+    """pixel_rays of one camera [H,W,3], read-only: a rig's few cameras are projected again and again."""
+    rays = pixel_rays(np.frombuffer(intrinsics_bytes, np.float64).reshape(3, 3), height, width)
+    rays.flags.writeable = False
+    return rays
+
+
 def project_drivable_mask(rasterizer: DrivableRasterizer, intrinsics: np.ndarray, global_from_camera: np.ndarray,
                           ground_z: float, width: int, height: int, max_range: float = 60.0) -> np.ndarray:
     """uint8 mask [H,W] at the image's resolution: 1 drivable, 0 not, IGNORE_INDEX unknown."""
-    rays = pixel_rays(intrinsics, height, width)
+    rays = _camera_rays(np.asarray(intrinsics, np.float64).tobytes(), height, width)
     points, t = rays_to_ground(rays, global_from_camera, ground_z=ground_z)
     camera_xy = global_from_camera[:2, 3]
     distance = np.linalg.norm(points[..., :2] - camera_xy, axis=-1)

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import socket
@@ -42,6 +43,7 @@ from perception.data.tables import check_inside_root
 # 2: drivable masks as run lengths (.npy) instead of PNG; 3: map-derived lane polylines;
 # 4: per-camera visible fraction of every obstacle, near-plane-clipped 2D boxes
 CACHE_FORMAT = 4
+MAX_WORKERS = 8  # label-cache processes at most: a 64-core node does not fork 64 copies of the tables
 FINGERPRINT_TABLES = ("scene", "sample", "sample_data", "sample_annotation", "calibrated_sensor", "ego_pose", "log")
 
 
@@ -145,24 +147,30 @@ def _rebuild_advice(split: str) -> str:
 
 def build_label_cache(data_root: str, version: str, split: str, cameras, cache_root: str,
                       drivable_max_range: float = 60.0, nusc=None, verbose: bool = True,
-                      only_if_missing: bool = False) -> str:
+                      only_if_missing: bool = False, workers: int | None = None) -> str:
     """Extract every (sample, camera) of ``split`` into the cache; returns the cache directory.
 
     Holds the split's build lock throughout. ``only_if_missing``: after getting the lock, keep a
-    cache that is there and up to date (another process built it while this one waited)."""
+    cache that is there and up to date (another process built it while this one waited).
+    ``workers``: processes extracting scenes in parallel (default: the cores this process may use, at
+    most ``MAX_WORKERS``); the cache is the same for any number."""
     with build_lock(cache_root, version, split):
         if only_if_missing:
             try:
                 return load_label_cache(data_root, version, split, cameras, cache_root, drivable_max_range)[1]
             except FileNotFoundError:
                 pass
-        return _build(data_root, version, split, cameras, cache_root, drivable_max_range, nusc, verbose)
+        return _build(data_root, version, split, cameras, cache_root, drivable_max_range, nusc, verbose, workers)
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a SLURM allocation), at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS))
 
 
 def _build(data_root: str, version: str, split: str, cameras, cache_root: str, drivable_max_range: float, nusc,
-           verbose: bool) -> str:
-    from nuscenes.map_expansion.map_api import NuScenesMap
-
+           verbose: bool, workers: int | None) -> str:
     from perception.data.tables import load_nuscenes
 
     start = time.time()
@@ -178,32 +186,18 @@ def _build(data_root: str, version: str, split: str, cameras, cache_root: str, d
     if len(missing) == len(scene_names):
         raise ValueError(f"none of the {len(scene_names)} scenes of split {split!r} exist in {data_root}/{version} "
                          f"(e.g. {missing[:3]}); is version or data_root wrong?")
-    rasterizers: dict[str, DrivableRasterizer] = {}
-    map_lines: dict[str, MapLines] = {}
     directory = cache_dir(cache_root, version, split)
     # This process's own staging folder: a crashed builder's leftovers never mix with it.
     staging = f"{directory}.building-{socket.gethostname()}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(os.path.join(staging, "masks"))
 
-    infos = []
-    for scene in progress(nusc.scene, f"label cache {split}", unit="scene"):
-        if scene["name"] not in scene_names:
-            continue
-        location = nusc.get("log", scene["log_token"])["location"]
-        if location not in rasterizers:
-            nusc_map = NuScenesMap(dataroot=data_root, map_name=location)
-            rasterizers[location] = DrivableRasterizer(nusc_map)
-            map_lines[location] = MapLines(nusc_map)
-        sample_token = scene["first_sample_token"]
-        while sample_token:
-            sample = nusc.get("sample", sample_token)
-            for camera in cameras:
-                info = _camera_info(nusc, sample, camera, scene["name"], rasterizers[location], map_lines[location],
-                                    staging, drivable_max_range)
-                info["location"] = location
-                infos.append(info)
-            sample_token = sample["next"]
+    scenes = [scene for scene in nusc.scene if scene["name"] in scene_names]
+    job = _SceneExtraction(nusc, data_root, scenes, list(cameras), staging, drivable_max_range)
+    workers = min(workers or default_workers(), len(scenes))
+    per_scene = _run_scenes(job, len(scenes), workers)
+    infos = [info for scene_infos in progress(per_scene, f"label cache {split}", len(scenes), "scene")
+             for info in scene_infos]
 
     key = cache_key(data_root, version, split, cameras, drivable_max_range)
     with open(os.path.join(staging, "infos.json"), "w") as f:
@@ -220,6 +214,59 @@ def _build(data_root: str, version: str, split: str, cameras, cache_root: str, d
         print(f"label cache: {len(infos)} camera images of split {split!r} -> {directory} "
               f"({time.time() - start:.1f} s)")
     return directory
+
+
+class _SceneExtraction:
+    """Extracts one scene's camera records (``scene_infos``); the maps are opened once per process."""
+
+    def __init__(self, nusc, data_root: str, scenes: list[dict], cameras: list[str], staging: str, max_range: float):
+        self.nusc, self.data_root, self.scenes, self.cameras = nusc, data_root, scenes, cameras
+        self.staging, self.max_range = staging, max_range
+        self.maps: dict[str, tuple[DrivableRasterizer, MapLines]] = {}
+
+    def scene_infos(self, index: int) -> list[dict]:
+        from nuscenes.map_expansion.map_api import NuScenesMap
+
+        nusc, scene = self.nusc, self.scenes[index]
+        location = nusc.get("log", scene["log_token"])["location"]
+        if location not in self.maps:
+            nusc_map = NuScenesMap(dataroot=self.data_root, map_name=location)
+            self.maps[location] = DrivableRasterizer(nusc_map), MapLines(nusc_map)
+        rasterizer, map_lines = self.maps[location]
+        infos = []
+        sample_token = scene["first_sample_token"]
+        while sample_token:
+            sample = nusc.get("sample", sample_token)
+            for camera in self.cameras:
+                info = _camera_info(nusc, sample, camera, scene["name"], rasterizer, map_lines, self.staging,
+                                    self.max_range)
+                info["location"] = location
+                infos.append(info)
+            sample_token = sample["next"]
+        return infos
+
+
+# The extraction the forked workers run (inherited from the parent, not pickled: the devkit's tables can be GBs).
+_WORKER_JOB: _SceneExtraction | None = None
+
+
+def _worker_scene_infos(index: int) -> list[dict]:
+    return _WORKER_JOB.scene_infos(index)
+
+
+def _run_scenes(job: _SceneExtraction, count: int, workers: int):
+    """Every scene's records, in scene order: in this process, or in ``workers`` forked processes (Linux; the
+    tables are shared copy-on-write). Each scene writes only its own mask files."""
+    global _WORKER_JOB
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from (job.scene_infos(i) for i in range(count))
+        return
+    _WORKER_JOB = job
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            yield from pool.imap(_worker_scene_infos, range(count))
+    finally:
+        _WORKER_JOB = None
 
 
 def _camera_info(nusc, sample: dict, camera: str, scene_name: str, rasterizer: DrivableRasterizer,
