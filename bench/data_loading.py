@@ -143,7 +143,7 @@ def measure_demo_step() -> float:
     for _ in range(4):
         start = time.perf_counter()
         outputs = model(images)
-        loss = sum(v for c in criteria.values() for v in c(outputs, targets).values())
+        loss = sum(v for task, c in criteria.items() for v in c(outputs, targets, head=model.heads[task]).values())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -119,7 +119,7 @@ def training_step(batch: dict, steps: int) -> None:
         def step(system=system, optimizer=optimizer, device_batch=device_batch, bf16=precision != "fp32"):
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-                total, _, _ = system._losses(device_batch)
+                total, _, _ = system._losses_and_outputs(device_batch)
             total.backward()
             optimizer.step()
             return total

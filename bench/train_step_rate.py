@@ -58,8 +58,8 @@ def step_times(model, criteria, images, steps: int, warmup: int, device: str, dt
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
             outputs = model(images)
             losses = {}
-            for criterion in criteria.values():
-                losses.update(criterion(outputs, targets))
+            for task, criterion in criteria.items():
+                losses.update(criterion(outputs, targets, head=model.heads[task]))
             loss = sum(losses.values())
         loss.backward()
         optimizer.step()

@@ -109,7 +109,7 @@ def test_denoising_trains_the_obstacle_head_through_its_3d_terms():
     criterion = ObstacleCriterion(dense_weight=0.0)
     targets = one_obstacle(yaw=0.3)
     outputs = head(_levels(1), denoising=criterion.denoising_targets(targets, "cpu"))
-    losses = criterion(outputs, targets)
+    losses = criterion(outputs, targets, head=head)
     sum(losses.values()).backward()
     assert head.denoising.label_embed.weight.grad.abs().sum() > 0  # the label embedding learns
     assert all(torch.isfinite(v) for v in losses.values())

@@ -68,10 +68,63 @@ def test_dense_outputs_only_in_training_and_the_dense_loss_trains_every_token():
               "velocity": torch.zeros(1, 2), "attributes": torch.tensor([0]), "intrinsics": torch.eye(3) * 400}
     targets = {"obstacles": {"valid": torch.tensor([True, True]), "input_size": (224, 448),
                              "per_image": [target, target]}}
-    with_dense = ObstacleCriterion(HungarianMatcher(), dense_weight=1.0)(outputs, targets)["obstacle_cls"]
+    with_dense = ObstacleCriterion(HungarianMatcher(), dense_weight=1.0)(outputs, targets, head=head)["obstacle_cls"]
     logits = outputs["obstacles.dense.logits"]
     grad, = torch.autograd.grad(with_dense, logits, retain_graph=True)
     assert (grad.abs().sum(-1) > 0).float().mean() > 0.99  # every token is told something
-    without = ObstacleCriterion(HungarianMatcher(), dense_weight=0.0)(outputs, targets)["obstacle_cls"]
+    without = ObstacleCriterion(HungarianMatcher(), dense_weight=0.0)(outputs, targets, head=head)["obstacle_cls"]
     grad_without, = torch.autograd.grad(without, logits, allow_unused=True)
     assert grad_without is None or (grad_without.abs().sum(-1) > 0).sum() <= 2 * 10  # the selected top-k only
+
+
+def test_the_dense_box_loss_proposes_for_its_positives_only_and_equals_the_every_token_loss():
+    """The dense loss proposes boxes for the ATSS positives alone (the assignment reads only the anchors); its
+    L1 / GIoU and their gradients must be those of proposing for every token and indexing the positives."""
+    import pytest
+    from torchvision.ops import box_convert, generalized_box_iou_loss
+
+    from perception.losses.box_set_loss import LightCriterion
+    from perception.losses.matcher import HungarianMatcher
+    from perception.models.heads.lights import LightHead
+
+    torch.manual_seed(0)
+    head = LightHead(16, dim=32, num_queries=10, num_layers=1, ffn_dim=64, levels=(0, 1, 2)).train()
+    with torch.no_grad():
+        for parameter in head.parameters():  # the zero-initialised proposal layer would make every box its anchor
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    feats = [torch.randn(2, 16, 224 // s, 448 // s) for s in (4, 8, 16, 32)]
+    outputs = head(feats)
+    assert "lights.dense.boxes" not in outputs and outputs["lights.dense.features"].shape == (2, 8232, 32)
+    boxes = [torch.tensor([[200.0, 30.0, 208.0, 48.0], [300.0, 10.0, 330.0, 60.0]]),
+             torch.tensor([[50.0, 5.0, 56.0, 20.0]])]
+    per_image = [{"boxes_xyxy": b, "labels": torch.arange(len(b)) % 4} for b in boxes]
+    targets = {"lights": {"valid": torch.tensor([True, True]), "input_size": (224, 448), "per_image": per_image}}
+    criterion = LightCriterion(HungarianMatcher(), dense_weight=1.0)
+    encoded = criterion.encode(per_image, (224, 448), outputs, "cpu")
+    dense = {k.split(".")[-1]: v for k, v in outputs.items() if k.startswith("lights.dense.")}
+    calls = []
+
+    def recording_propose(features, anchors):
+        calls.append(features.shape[1])
+        return head.propose(features, anchors)
+
+    losses = criterion.dense_losses(dense, encoded, (224, 448), recording_propose)
+    # The reference: every token's proposal, the positives indexed out of it.
+    every = head.propose(dense["features"], dense["anchors"])  # (B, N, 4)
+    anchors = dense["anchors"][0]
+    assigned = torch.stack([atss_assign(anchors, level_sizes(anchors), t["boxes"], 2.0)[0] for t in encoded])
+    b, n = torch.nonzero(assigned >= 0, as_tuple=True)
+    gt = torch.cat([encoded[0]["boxes"], encoded[1]["boxes"]])[assigned[b, n] + torch.tensor([0, 2])[b]]
+    positives = every[b, n]
+    reference = {"light_l1": (positives - gt).abs().sum() / len(b),
+                 "light_giou": generalized_box_iou_loss(box_convert(positives, "cxcywh", "xyxy"),
+                                                        box_convert(gt, "cxcywh", "xyxy"), reduction="sum") / len(b)}
+    assert calls == [len(b)] and 3 <= len(b) <= 3 * 9  # proposed for the positives only, a few per light
+    weight = head.enc_box.layers[0].weight
+    for name, value in reference.items():
+        assert losses[name].item() == pytest.approx(value.item(), rel=1e-5)
+        grad, = torch.autograd.grad(losses[name], weight, retain_graph=True)
+        grad_reference, = torch.autograd.grad(value, weight, retain_graph=True)
+        torch.testing.assert_close(grad, grad_reference, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match=r"head=model.heads\['lights'\]"):
+        criterion(outputs, targets)  # the dense loss needs the head that made the outputs

@@ -51,7 +51,7 @@ def test_head_with_depth_uncertainty_trains_it_and_exports_it(tmp_path):
     optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
     history = []
     for _ in range(60):
-        losses = criterion(head(levels), targets)
+        losses = criterion(head(levels), targets, head=head)
         history.append(losses["obstacle_depth"].item())
         optimiser.zero_grad()
         sum(losses.values()).backward()

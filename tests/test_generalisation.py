@@ -144,9 +144,9 @@ def _swap_ratios(cfg, model) -> dict[str, float]:
             for target_batch, sums in ((batch, right), (rolled, swapped)):
                 outputs = model(to_model_input(target_batch["images"]))
                 losses = {}
-                for criterion in criteria.values():
+                for task, criterion in criteria.items():
                     if any(name in criterion.loss_names for name in names):
-                        losses.update(criterion(outputs, target_batch["targets"]))
+                        losses.update(criterion(outputs, target_batch["targets"], head=model.heads[task]))
                 for name in names:
                     sums[name] = sums.get(name, 0.0) + float(losses[name])
     return {name: right[name] / max(swapped[name], 1e-9) for name in right}

@@ -71,7 +71,7 @@ def test_lane_head_with_the_gap_fit_trains_and_exports_with_tensorrt_ops(tmp_pat
     optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
     first = None
     for _ in range(30):
-        losses = criterion(head(levels), targets)
+        losses = criterion(head(levels), targets, head=head)
         first = first if first is not None else losses["lane_points"].item()
         optimiser.zero_grad()
         sum(losses.values()).backward()

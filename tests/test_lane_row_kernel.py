@@ -75,7 +75,7 @@ def test_lane_head_with_row_kernels_trains_them_and_exports_without_the_row_logi
     optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
     first = None
     for _ in range(40):
-        losses = criterion(head(levels), targets)
+        losses = criterion(head(levels), targets, head=head)
         first = first if first is not None else losses[ROW_CE_LOSS].item()
         optimiser.zero_grad()
         sum(losses.values()).backward()

@@ -46,7 +46,7 @@ def mixed_batch(small_dataset, bdd_dataset):
 
 def _task_loss(model, criteria, images, targets, task):
     outputs = model(images)
-    losses = criteria[task](outputs, targets)
+    losses = criteria[task](outputs, targets, head=model.heads[task])
     return sum(losses[name] for name in TASK_LOSSES[task]), outputs
 
 

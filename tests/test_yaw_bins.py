@@ -69,7 +69,7 @@ def test_head_with_bins_trains_them_and_exports_only_the_heading(tmp_path):
     optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
     first = None
     for _ in range(40):
-        losses = criterion(head(levels), targets)
+        losses = criterion(head(levels), targets, head=head)
         first = first if first is not None else losses["obstacle_yaw"].item()
         optimiser.zero_grad()
         sum(losses.values()).backward()

@@ -13,6 +13,7 @@ non-finite guard (perception.training.faults) skips the step and names the head'
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -105,7 +106,10 @@ class SetCriterion(nn.Module):
         return sigmoid_focal_loss(logits, target_classes, self.focal_alpha, self.focal_gamma,
                                   reduction="sum") / num_targets
 
-    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
+    def forward(self, outputs: dict[str, torch.Tensor], targets: dict,
+                head: nn.Module | None = None) -> dict[str, torch.Tensor]:
+        """``head``: the head that made ``outputs``; the dense loss (training outputs ``<task>.dense.*``) calls its
+        ``propose`` for the tokens it reads."""
         logits = outputs[f"{self.task}.logits"]
         valid = targets[self.task]["valid"].to(logits.device)
         zero = zero_touching(outputs, self.task)
@@ -128,14 +132,20 @@ class SetCriterion(nn.Module):
             for name, value in self.denoising_losses(outputs, encoded, valid).items():
                 totals[name] = totals[name] + value
         if self.dense_weight > 0 and f"{self.task}.dense.logits" in outputs:
+            if head is None:
+                raise ValueError(f"the {self.task} criterion's dense loss proposes with the head's `propose`: call it "
+                                 f"as criterion(outputs, targets, head=model.heads[{self.task!r}])")
             dense = outputs_of(outputs, f"{self.task}.dense", valid)
-            for name, value in self.dense_losses(dense, encoded, targets[self.task]["input_size"]).items():
+            for name, value in self.dense_losses(dense, encoded, targets[self.task]["input_size"],
+                                                 head.propose).items():
                 totals[name] = totals[name] + self.dense_weight * value
         return totals
 
-    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
-                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
-        """One-to-many losses over every token (perception.losses.dense_assign)."""
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict], input_size: tuple[int, int],
+                     propose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One-to-many losses over every token (perception.losses.dense_assign). ``pred``: logits [B,N,C],
+        features [B,N,D], anchors [B,N,4] of the labelled images; ``propose(features [1,K,D], anchors [1,K,4])``
+        -> [1,K,G]: the head's proposals of the tokens the loss reads."""
         raise NotImplementedError
 
     def denoising_losses(self, outputs: dict[str, torch.Tensor], targets: list[dict],
@@ -299,9 +309,10 @@ class BoxSetCriterion(SetCriterion):
         """Losses on per-query outputs beyond class and box (none here)."""
         return {}
 
-    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
-                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
-        """ATSS positives of every token: focal class loss over all tokens, L1 + GIoU on the positives."""
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict], input_size: tuple[int, int],
+                     propose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """ATSS positives of every token: focal class loss over all tokens, L1 + GIoU on the positives (their
+        boxes proposed here, for the positives alone: the assignment reads only the anchors)."""
         anchors = pred["anchors"][0]  # (N, 4), the same for every image
         sizes = level_sizes(anchors)
         aspect = input_size[1] / input_size[0]  # distances measured in the image's shape
@@ -312,7 +323,8 @@ class BoxSetCriterion(SetCriterion):
         batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         num_positive = max(len(batch_index), 1)
         target_boxes = torch.cat([t["boxes"] for t in targets])[flat]
-        boxes = pred["boxes"][batch_index, token_index]
+        boxes = propose(pred["features"][batch_index, token_index][None],
+                        pred["anchors"][batch_index, token_index][None])[0]  # (K, 4) cxcywh
         losses[f"{p}_l1"] = F.l1_loss(boxes, target_boxes, reduction="sum") / num_positive
         losses[f"{p}_giou"] = generalized_box_iou_loss(
             box_convert(boxes, "cxcywh", "xyxy"), box_convert(target_boxes, "cxcywh", "xyxy"),

@@ -8,6 +8,8 @@ image labelled with zero lanes pushes every query's lane scores down.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import cv2
 import numpy as np
 import torch
@@ -143,20 +145,22 @@ class LaneCriterion(SetCriterion):
             losses[LINE_IOU_LOSS] = line_iou_loss(points, target, visible).sum() / count
         return losses
 
-    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
-                     input_size: tuple[int, int]) -> dict[str, torch.Tensor]:
+    def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict], input_size: tuple[int, int],
+                     propose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Tokens on each lane whose proposal fits it best are positive (dense_assign.lane_assign):
-        focal class loss over all tokens, L1 of the positives' points over the lane's visible rows."""
+        focal class loss over all tokens, L1 of the positives' points over the lane's visible rows. Every
+        token proposes (the assignment compares the proposals of the tokens near each lane)."""
         anchors = pred["anchors"][0]  # (N, 4)
         sizes = level_sizes(anchors)
+        points = propose(pred["features"], anchors[None])  # (B, N, P)
         assigned, quality = (torch.stack(v) for v in zip(*[
-            lane_assign(anchors, sizes, pred["points"][i].detach(), t["points"], t["visible"])
+            lane_assign(anchors, sizes, points[i].detach(), t["points"], t["visible"])
             for i, t in enumerate(targets)]))  # (B, N) each
         losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
         batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         gt_points = torch.cat([t["points"] for t in targets])[flat]
         visible = torch.cat([t["visible"] for t in targets])[flat]
-        losses.update(self.point_losses(pred["points"][batch_index, token_index], gt_points, visible,
+        losses.update(self.point_losses(points[batch_index, token_index], gt_points, visible,
                                         max(len(batch_index), 1)))
         if "mask" in pred:
             losses["lane_mask"] = lane_mask_loss(pred["mask"], targets)

@@ -46,8 +46,8 @@ class PerceptionSystem(BaseSystem):
         else:
             outputs = model(images)
         losses: dict[str, torch.Tensor] = {}
-        for criterion in self.criteria.values():
-            losses.update(criterion(outputs, batch["targets"]))
+        for task, criterion in self.criteria.items():
+            losses.update(criterion(outputs, batch["targets"], head=model.heads[task]))
         total = sum(self.loss_weights[name] * value for name, value in losses.items())
         return total, losses, outputs
 

@@ -153,7 +153,7 @@ class LaneHead(QueryDecoderHead):
                                   image at that row)
         lanes.visibility [B,Q,P]  logit that the lane crosses the row inside the image
         In training also ``lanes.aux{i}.*`` per earlier decoder layer, ``lanes.enc.{logits,points}`` and
-        ``lanes.dense.{logits,points,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
+        ``lanes.dense.{logits,features,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
         [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss; with
         ``marking_refinement`` the stride-4 marking map the final points were snapped to) and, with
         ``marking_search="kernel"``, ``lanes.row_logits`` [B,Q,P,W/4] (each row's cell scores, lane_marking.py).

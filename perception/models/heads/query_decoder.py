@@ -7,8 +7,8 @@ RT-DETR's query selection). Each decoder layer: the query reads the image at its
 geometry (gradient stopped between layers). A head says only what its geometry is:
 
 - ``geometry``: the output name (``boxes`` for 2D boxes, ``points`` for row-anchored lanes);
-- ``propose(features, anchors)``: the proposals [B,N,G] of tokens [B,N,D] with anchors [B or 1,N,4] (in
-  training every token's; in inference only the selected tokens');
+- ``propose(features, anchors)``: the proposals [B,N,G] of tokens [B,N,D] with anchors [B or 1,N,4] (the
+  selected tokens'; the criteria call it for the tokens their dense loss reads);
 - ``position(reference)``: the query's positional embedding [B,Q,D];
 - ``sample_points(reference)``: where it reads the finest level, [B,Q,K,2] (x, y) in [0, 1];
 - ``refine(i, queries, reference)``: layer i's new geometry [B,Q,G];
@@ -20,8 +20,9 @@ geometry (gradient stopped between layers). A head says only what its geometry i
 Outputs (``<prefix>`` = the head's name): ``<prefix>.logits [B,Q,C]`` (sigmoid, no background class),
 ``<prefix>.<geometry>`` and the extras; in training also ``<prefix>.aux{i}.*`` per earlier layer,
 ``<prefix>.enc.{logits,<geometry>}`` for the selected proposals and ``<prefix>.dense.{logits,
-<geometry>,anchors}`` for every token (the dense one-to-many loss). Cross-attention is dense over all memory
-tokens (``cross_attention="dense"``) or multi-scale deformable (``"deformable"``, deformable_attention.py).
+features,anchors}`` for every token (the dense one-to-many loss, which proposes with the head's ``propose``).
+Cross-attention is dense over all memory tokens (``cross_attention="dense"``) or multi-scale deformable
+(``"deformable"``, deformable_attention.py).
 """
 
 from __future__ import annotations
@@ -112,23 +113,21 @@ class QueryDecoderHead(nn.Module):
         top = select_top_k(enc_logits, self.num_queries)  # (B, Q)
         selected = gather_tokens(features, top)  # (B, Q, D)
         queries = selected.detach()
-        if self.training:
-            enc_geometry = self.propose(features, anchors)  # (B, N, G): every token's, for the dense loss
-            reference = gather_tokens(enc_geometry, top)  # (B, Q, G)
-        else:
-            # Only the selected tokens' proposals are read: propose for those alone (the same values; the
-            # proposal MLP then runs on Q tokens instead of N in inference and in the exported graph).
-            top_anchors = gather_tokens(anchors.expand(features.shape[0], -1, -1), top)  # (B, Q, 4)
-            reference = self.propose(selected, top_anchors)  # (B, Q, G)
+        # Proposals of the selected tokens only (the proposal MLP runs on Q tokens, not N). The dense loss
+        # proposes for the tokens it reads itself (the criterion calls ``propose`` on ``dense.features``): the
+        # box heads' ATSS positives are a few per object, where proposing for all N tokens was about a fifth of
+        # the demo's training step.
+        top_anchors = gather_tokens(anchors.expand(features.shape[0], -1, -1), top)  # (B, Q, 4)
+        reference = self.propose(selected, top_anchors)  # (B, Q, G)
         p, g = self.prefix, self.geometry
         outputs: dict[str, torch.Tensor] = {}
         if self.training:
             outputs[f"{p}.enc.logits"] = gather_tokens(enc_logits, top)
             outputs[f"{p}.enc.{g}"] = reference
-            # Every token's proposal, for the dense one-to-many loss that trains query selection.
+            # Every token's class score and feature, for the dense one-to-many loss that trains query selection.
             outputs[f"{p}.dense.logits"] = enc_logits  # (B, N, C)
-            outputs[f"{p}.dense.{g}"] = enc_geometry  # (B, N, G)
-            outputs[f"{p}.dense.anchors"] = anchors.expand(enc_geometry.shape[0], -1, -1)  # (B, N, 4)
+            outputs[f"{p}.dense.features"] = features  # (B, N, D)
+            outputs[f"{p}.dense.anchors"] = anchors.expand(features.shape[0], -1, -1)  # (B, N, 4)
             outputs.update(self.dense_extras(finest))
         reference = reference.detach()
         dn = self.denoising_batch(denoising) if denoising is not None and self.training else None
