@@ -3,6 +3,7 @@ and the dense outputs exist only in training (the exported graph never sees them
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from perception.losses.dense_assign import atss_assign, best_of_each, lane_assign, level_sizes
@@ -80,7 +81,6 @@ def test_dense_outputs_only_in_training_and_the_dense_loss_trains_every_token():
 def test_the_dense_box_loss_proposes_for_its_positives_only_and_equals_the_every_token_loss():
     """The dense loss proposes boxes for the ATSS positives alone (the assignment reads only the anchors); its
     L1 / GIoU and their gradients must be those of proposing for every token and indexing the positives."""
-    import pytest
     from torchvision.ops import box_convert, generalized_box_iou_loss
 
     from perception.losses.box_set_loss import LightCriterion
@@ -128,3 +128,44 @@ def test_the_dense_box_loss_proposes_for_its_positives_only_and_equals_the_every
         torch.testing.assert_close(grad, grad_reference, rtol=1e-4, atol=1e-7)
     with pytest.raises(ValueError, match=r"head=model.heads\['lights'\]"):
         criterion(outputs, targets)  # the dense loss needs the head that made the outputs
+
+
+def test_the_dense_lane_loss_proposes_for_the_tokens_near_a_lane_and_equals_the_every_token_loss():
+    """The lane assignment compares the proposals of the tokens near each lane only, and every positive is one
+    of them: proposing for those alone must give the every-token loss and gradients."""
+    from perception.losses.lane_loss import LaneCriterion
+    from perception.models.heads.lanes import LaneHead
+
+    torch.manual_seed(0)
+    head = LaneHead(16, dim=32, num_queries=6, num_points=24, num_layers=1, ffn_dim=64).train()
+    with torch.no_grad():
+        for parameter in head.parameters():  # non-zero proposal layers: the fit cost decides between tokens
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    levels = [torch.randn(2, 16, 128 // s, 256 // s) for s in (4, 8, 16, 32)]
+    outputs = head(levels)
+    lanes = [[torch.tensor([[60.0, 128.0], [110.0, 40.0]]), torch.tensor([[200.0, 128.0], [150.0, 50.0]])], []]
+    per_image = [{"polylines": p, "labels": torch.zeros(len(p), dtype=torch.int64)} for p in lanes]
+    criterion = LaneCriterion()
+    encoded = criterion.encode(per_image, (128, 256), outputs, "cpu")
+    dense = {k.split(".")[-1]: v for k, v in outputs.items() if k.startswith("lanes.dense.")}
+    calls = []
+
+    def recording_propose(features, anchors):
+        calls.append(features.shape[1])
+        return head.propose(features, anchors)
+
+    losses = criterion.dense_losses(dense, encoded, (128, 256), recording_propose)
+    # The reference: every token proposes, the assignment and the point loss index the positives out of it.
+    anchors = dense["anchors"][0]
+    every = head.propose(dense["features"], anchors[None])  # (B, N, P)
+    assigned = torch.stack([lane_assign(anchors, level_sizes(anchors), every[i].detach(), t["points"],
+                                        t["visible"])[0] for i, t in enumerate(encoded)])
+    b, n = torch.nonzero(assigned >= 0, as_tuple=True)
+    points, visible = encoded[0]["points"][assigned[b, n]], encoded[0]["visible"][assigned[b, n]].float()
+    assert (b == 0).all() and 2 <= len(b) <= 2 * 4  # a few positives per lane, none in the image without lanes
+    reference = (((every[b, n] - points).abs() * visible).sum(-1) / visible.sum(-1)).sum() / len(b)
+    assert len(calls) == 1 and len(b) <= calls[0] < 0.2 * anchors.shape[0]  # the near tokens, not all
+    assert losses["lane_points"].item() == pytest.approx(reference.item(), rel=1e-5)
+    weight = head.enc_points.layers[0].weight
+    grad, = torch.autograd.grad(losses["lane_points"], weight, retain_graph=True)
+    torch.testing.assert_close(grad, torch.autograd.grad(reference, weight)[0], rtol=1e-4, atol=1e-7)

@@ -73,17 +73,10 @@ def atss_assign(anchors: torch.Tensor, sizes: list[int], gt_boxes: torch.Tensor,
 
 
 @torch.no_grad()
-def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
-                gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lane index per token [N] (-1: negative), quality [N]: minus the proposal's fit cost).
-
-    anchors [N,4] cxcywh normalised (cell size from the level: w = 1 / level width); proposals [N,P]
-    the tokens' proposed x per row (normalised); gt_points [M,P] x per row, gt_visible [M,P] bool.
-    """
-    n, m = anchors.shape[0], gt_points.shape[0]
-    assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
-    if m == 0:
-        return assigned, torch.zeros(n, device=anchors.device)
+def lane_candidates(anchors: torch.Tensor, sizes: list[int], gt_points: torch.Tensor, gt_visible: torch.Tensor,
+                    radius: float = 1.5) -> torch.Tensor:
+    """[N,M] bool: token n lies within ``radius`` cells of lane m, on an anchor row the lane crosses (anchors
+    [N,4] cxcywh normalised, cell size from the level: w = 1 / level width; gt_points [M,P], gt_visible [M,P])."""
     num_rows = gt_points.shape[1]
     # The anchor row nearest to each token's centre, and the token's cell width per level.
     row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,)
@@ -95,7 +88,25 @@ def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor
         start += size
     lane_x = gt_points[:, row].T  # (N, M)
     on_row = gt_visible[:, row].T  # (N, M)
-    near = on_row & ((anchors[:, :1] - lane_x).abs() <= radius * cell[:, None])
+    return on_row & ((anchors[:, :1] - lane_x).abs() <= radius * cell[:, None])
+
+
+@torch.no_grad()
+def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
+                gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5,
+                near: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lane index per token [N] (-1: negative), quality [N]: minus the proposal's fit cost).
+
+    anchors [N,4] cxcywh normalised (cell size from the level: w = 1 / level width); proposals [N,P]
+    the tokens' proposed x per row (normalised; only the ``lane_candidates`` tokens' are read); gt_points [M,P]
+    x per row, gt_visible [M,P] bool; ``near``: ``lane_candidates`` [N,M] when the caller has them.
+    """
+    n, m = anchors.shape[0], gt_points.shape[0]
+    assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
+    if m == 0:
+        return assigned, torch.zeros(n, device=anchors.device)
+    if near is None:
+        near = lane_candidates(anchors, sizes, gt_points, gt_visible, radius)  # (N, M)
     fit = (proposals[:, None] - gt_points[None]).abs()  # (N, M, P)
     visible = gt_visible.float()[None]
     cost = (fit * visible).sum(-1) / visible.sum(-1).clamp(min=1)  # (N, M)

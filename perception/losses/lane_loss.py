@@ -19,7 +19,7 @@ from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
-from perception.losses.dense_assign import lane_assign, level_sizes
+from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes
 from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost
 
@@ -148,19 +148,26 @@ class LaneCriterion(SetCriterion):
     def dense_losses(self, pred: dict[str, torch.Tensor], targets: list[dict], input_size: tuple[int, int],
                      propose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         """Tokens on each lane whose proposal fits it best are positive (dense_assign.lane_assign):
-        focal class loss over all tokens, L1 of the positives' points over the lane's visible rows. Every
-        token proposes (the assignment compares the proposals of the tokens near each lane)."""
+        focal class loss over all tokens, L1 of the positives' points over the lane's visible rows. Only the
+        tokens near a lane propose (the assignment compares their proposals; every positive is one of them)."""
         anchors = pred["anchors"][0]  # (N, 4)
         sizes = level_sizes(anchors)
-        points = propose(pred["features"], anchors[None])  # (B, N, P)
+        candidates = [lane_candidates(anchors, sizes, t["points"], t["visible"]) for t in targets]  # (N, M) each
+        near = torch.stack([c.any(1) for c in candidates])  # (B, N): near any lane of the image
+        near_b, near_n = torch.nonzero(near, as_tuple=True)
+        near_points = propose(pred["features"][near_b, near_n][None], anchors[near_n][None])[0]  # (K, P)
+        points = near_points.new_zeros(*near.shape, near_points.shape[-1])  # (B, N, P): zero where not read
+        points[near_b, near_n] = near_points.detach()
+        row_of = torch.full(near.shape, -1, dtype=torch.int64, device=near.device)
+        row_of[near_b, near_n] = torch.arange(len(near_b), device=near.device)  # token -> row of near_points
         assigned, quality = (torch.stack(v) for v in zip(*[
-            lane_assign(anchors, sizes, points[i].detach(), t["points"], t["visible"])
+            lane_assign(anchors, sizes, points[i], t["points"], t["visible"], near=candidates[i])
             for i, t in enumerate(targets)]))  # (B, N) each
         losses = {"lane_cls": self.dense_class_loss(pred["logits"], assigned, quality, targets)}
         batch_index, token_index, flat = assigned_pairs(assigned >= 0, assigned, targets)
         gt_points = torch.cat([t["points"] for t in targets])[flat]
         visible = torch.cat([t["visible"] for t in targets])[flat]
-        losses.update(self.point_losses(points[batch_index, token_index], gt_points, visible,
+        losses.update(self.point_losses(near_points[row_of[batch_index, token_index]], gt_points, visible,
                                         max(len(batch_index), 1)))
         if "mask" in pred:
             losses["lane_mask"] = lane_mask_loss(pred["mask"], targets)
