@@ -2,7 +2,7 @@
 # blocks) on synthetic data written by the project in the real formats: nuScenes
 # (tools/make_synthetic_nuscenes.py: drivable area, 3D obstacles, map-derived lanes) mixed with
 # BDD100K (tools/make_synthetic_bdd100k.py: traffic lights with colour, lanes, drivable area).
-# Each task learns only from the images that carry its labels. About 17-23 minutes on 2 cores.
+# Each task learns only from the images that carry its labels. About 16-26 minutes on 2 cores.
 #
 # The query heads learn from the image (dense one-to-many token loss, matcher.dense_weight; hidden
 # obstacles dropped from the targets, min_obstacle_visibility) and score on the held-out scenes,
