@@ -78,6 +78,20 @@ def test_dense_outputs_only_in_training_and_the_dense_loss_trains_every_token():
     assert grad_without is None or (grad_without.abs().sum(-1) > 0).sum() <= 2 * 10  # the selected top-k only
 
 
+def _dense_losses_recording_proposals(criterion, head, outputs, per_image, input_size):
+    """The criterion's dense losses on the head's training outputs, and how many tokens each propose call got:
+    (losses, the dense outputs by name, the encoded targets, [tokens per call])."""
+    encoded = criterion.encode(per_image, input_size, outputs, "cpu")
+    dense = {k.split(".")[-1]: v for k, v in outputs.items() if k.startswith(f"{criterion.task}.dense.")}
+    calls = []
+
+    def recording_propose(features, anchors):
+        calls.append(features.shape[1])
+        return head.propose(features, anchors)
+
+    return criterion.dense_losses(dense, encoded, input_size, recording_propose), dense, encoded, calls
+
+
 def test_the_dense_box_loss_proposes_for_its_positives_only_and_equals_the_every_token_loss():
     """The dense loss proposes boxes for the ATSS positives alone (the assignment reads only the anchors); its
     L1 / GIoU and their gradients must be those of proposing for every token and indexing the positives."""
@@ -100,15 +114,7 @@ def test_the_dense_box_loss_proposes_for_its_positives_only_and_equals_the_every
     per_image = [{"boxes_xyxy": b, "labels": torch.arange(len(b)) % 4} for b in boxes]
     targets = {"lights": {"valid": torch.tensor([True, True]), "input_size": (224, 448), "per_image": per_image}}
     criterion = LightCriterion(HungarianMatcher(), dense_weight=1.0)
-    encoded = criterion.encode(per_image, (224, 448), outputs, "cpu")
-    dense = {k.split(".")[-1]: v for k, v in outputs.items() if k.startswith("lights.dense.")}
-    calls = []
-
-    def recording_propose(features, anchors):
-        calls.append(features.shape[1])
-        return head.propose(features, anchors)
-
-    losses = criterion.dense_losses(dense, encoded, (224, 448), recording_propose)
+    losses, dense, encoded, calls = _dense_losses_recording_proposals(criterion, head, outputs, per_image, (224, 448))
     # The reference: every token's proposal, the positives indexed out of it.
     every = head.propose(dense["features"], dense["anchors"])  # (B, N, 4)
     anchors = dense["anchors"][0]
@@ -145,16 +151,8 @@ def test_the_dense_lane_loss_proposes_for_the_tokens_near_a_lane_and_equals_the_
     outputs = head(levels)
     lanes = [[torch.tensor([[60.0, 128.0], [110.0, 40.0]]), torch.tensor([[200.0, 128.0], [150.0, 50.0]])], []]
     per_image = [{"polylines": p, "labels": torch.zeros(len(p), dtype=torch.int64)} for p in lanes]
-    criterion = LaneCriterion()
-    encoded = criterion.encode(per_image, (128, 256), outputs, "cpu")
-    dense = {k.split(".")[-1]: v for k, v in outputs.items() if k.startswith("lanes.dense.")}
-    calls = []
-
-    def recording_propose(features, anchors):
-        calls.append(features.shape[1])
-        return head.propose(features, anchors)
-
-    losses = criterion.dense_losses(dense, encoded, (128, 256), recording_propose)
+    losses, dense, encoded, calls = _dense_losses_recording_proposals(LaneCriterion(), head, outputs, per_image,
+                                                                      (128, 256))
     # The reference: every token proposes, the assignment and the point loss index the positives out of it.
     anchors = dense["anchors"][0]
     every = head.propose(dense["features"], anchors[None])  # (B, N, P)
