@@ -131,6 +131,7 @@ def print_photometric_costs(image: np.ndarray, items: int) -> None:
 def measure_demo_step() -> float:
     from perception.build import build_criteria, build_model
     from perception.config import load_config, parse_config
+    from perception.losses.task_losses import task_losses
 
     torch.set_num_threads(max(os.cpu_count() or 1, 1))
     cfg = parse_config(load_config("configs/demo_synthetic.py", {"input_size": list(INPUT_SIZE)}))
@@ -143,7 +144,7 @@ def measure_demo_step() -> float:
     for _ in range(4):
         start = time.perf_counter()
         outputs = model(images)
-        loss = sum(v for task, c in criteria.items() for v in c(outputs, targets, head=model.heads[task]).values())
+        loss = sum(task_losses(criteria, outputs, targets, model.heads).values())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

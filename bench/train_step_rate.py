@@ -47,6 +47,8 @@ def count_flops(model, images) -> dict[str, float]:
 def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> list[float]:
     """Seconds per training step with the real criteria on random full-resolution targets, warmup steps
     included (the first one holds the compile when the backbone is compiled)."""
+    from perception.losses.task_losses import task_losses
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, _, height, width = images.shape
     targets = random_targets(batch, height, width, device)
@@ -57,10 +59,7 @@ def step_times(model, criteria, images, steps: int, warmup: int, device: str, dt
         start = time.perf_counter()
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
             outputs = model(images)
-            losses = {}
-            for task, criterion in criteria.items():
-                losses.update(criterion(outputs, targets, head=model.heads[task]))
-            loss = sum(losses.values())
+            loss = sum(task_losses(criteria, outputs, targets, model.heads).values())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -22,6 +22,7 @@ from mmengine.config import Config
 from perception.build import build_criteria, build_datamodule, build_model
 from perception.config import parse_config
 from perception.data.camera_dataset import to_model_input
+from perception.losses.task_losses import task_losses
 from perception.synthetic.bdd100k_writer import Bdd100kSyntheticSpec, write_synthetic_bdd100k
 from perception.synthetic.nuscenes_writer import SyntheticSpec, write_synthetic_nuscenes
 from tests.conftest import ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
@@ -143,10 +144,8 @@ def _swap_ratios(cfg, model) -> dict[str, float]:
                                          for i in indices])
             for target_batch, sums in ((batch, right), (rolled, swapped)):
                 outputs = model(to_model_input(target_batch["images"]))
-                losses = {}
-                for task, criterion in criteria.items():
-                    if any(name in criterion.loss_names for name in names):
-                        losses.update(criterion(outputs, target_batch["targets"], head=model.heads[task]))
+                scored = {task: c for task, c in criteria.items() if any(name in c.loss_names for name in names)}
+                losses = task_losses(scored, outputs, target_batch["targets"], model.heads)
                 for name in names:
                     sums[name] = sums.get(name, 0.0) + float(losses[name])
     return {name: right[name] / max(swapped[name], 1e-9) for name in right}

@@ -18,6 +18,7 @@ from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch, to_model_input
 from perception.data.mixing import MixedDataset
 from perception.data.sampling import item_index
+from perception.losses.task_losses import task_losses
 from perception.tasks import CAMERA_TASKS
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
 
@@ -46,7 +47,7 @@ def mixed_batch(small_dataset, bdd_dataset):
 
 def _task_loss(model, criteria, images, targets, task):
     outputs = model(images)
-    losses = criteria[task](outputs, targets, head=model.heads[task])
+    losses = task_losses({task: criteria[task]}, outputs, targets, model.heads)
     return sum(losses[name] for name in TASK_LOSSES[task]), outputs
 
 

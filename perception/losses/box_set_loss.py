@@ -79,6 +79,7 @@ class SetCriterion(nn.Module):
 
     task = ""  # key of the outputs and of the targets
     loss_names: tuple[str, ...] = ()
+    reads_head = True  # the dense loss proposes with the head (perception.losses.task_losses)
 
     def __init__(self, matcher: nn.Module, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all"):

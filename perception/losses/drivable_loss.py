@@ -17,9 +17,7 @@ class DrivableCriterion(nn.Module):
         super().__init__()
         self.ignore_index = ignore_index
 
-    def forward(self, outputs: dict[str, torch.Tensor], targets: dict,
-                head: nn.Module | None = None) -> dict[str, torch.Tensor]:
-        """``head`` (the criteria's common signature) is not read: the drivable loss reads the logits alone."""
+    def forward(self, outputs: dict[str, torch.Tensor], targets: dict) -> dict[str, torch.Tensor]:
         """outputs["drivable.logits"] [B,K,h,w]; targets["drivable"]: mask [B,H,W], valid [B]."""
         logits = outputs["drivable.logits"]
         valid = targets["drivable"]["valid"].to(logits.device)

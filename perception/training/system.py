@@ -7,6 +7,7 @@ from torch import nn
 
 from perception.config import FaultsConfig, OptimizerConfig, SchedulerConfig
 from perception.data.camera_dataset import to_model_input
+from perception.losses.task_losses import task_losses
 from perception.training.base_system import BaseSystem
 
 
@@ -45,9 +46,7 @@ class PerceptionSystem(BaseSystem):
                                      for task in tasks})
         else:
             outputs = model(images)
-        losses: dict[str, torch.Tensor] = {}
-        for task, criterion in self.criteria.items():
-            losses.update(criterion(outputs, batch["targets"], head=model.heads[task]))
+        losses = task_losses(self.criteria, outputs, batch["targets"], model.heads)
         total = sum(self.loss_weights[name] * value for name, value in losses.items())
         return total, losses, outputs
 
