@@ -89,6 +89,12 @@ def test_convergence_study_smoke(small_dataset, bdd_dataset, tmp_path):
     assert os.path.isfile(tmp_path / "study" / "demo" / "curves.png")
 
 
+def test_obstacle_error_smoke(small_dataset, bdd_dataset):
+    out = run_bench("bench/obstacle_error.py", "configs/demo_synthetic.py", "--probe-epochs", "1", "--cfg-options",
+                    f"data_root={small_dataset}", f"bdd100k.data_root={bdd_dataset}")
+    assert "matched detections" in out and "rgb + box" in out and "neck + box" in out
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_deployment_smoke():
