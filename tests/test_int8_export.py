@@ -19,21 +19,6 @@ QUERY_TOLERANCE = 0.2  # query heads, matched as sets (selection may reorder): w
 QUERY_AGREEMENT = 0.85  # ... for at least 85 % of the queries
 
 
-def _x86_without_int8_dot_product() -> bool:
-    """An x86 CPU without VNNI (AVX512-VNNI, AVX-VNNI or AMX). ONNX Runtime documents that its INT8 kernels can
-    saturate on x86 without VNNI (pairs of products summed in 16 bits). Measured: this test passed on every earlier
-    machine (AVX512 with BF16 / VNNI) and failed on 2026-12-04 on an AMD EPYC with AVX2 only (drivable logits
-    0.38 off where 0.19 is allowed) with the same packages, model and calibration; the kernels, not the graph, are
-    the likely cause (not proven: no VNNI machine was at hand that session to run the same graph on).
-    The fidelity figure is TensorRT's or a VNNI CPU's, so the test is skipped, saying why, on such machines."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx2" in flags and not any(flag in flags for flag in (" avx512_vnni", " avx_vnni", " amx_int8"))
-
-
 @pytest.fixture(scope="module")
 def quantized(four_task_model, tmp_path_factory):  # noqa: F811
     _, model = four_task_model
@@ -92,15 +77,18 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_and_float_
     assert checked >= 5
 
 
-@pytest.mark.skipif(_x86_without_int8_dot_product(), reason="x86 CPU without VNNI: ONNX Runtime's signed INT8 "
-                    "kernels saturate there (see _x86_without_int8_dot_product)")
 def test_qdq_outputs_stay_within_the_stated_tolerance_of_fp32(quantized):
     fp32, int8, _ = quantized
     images = synthetic_camera_images(2, INPUT_SIZE, seed=9).numpy()  # not a calibration image
     reference_session = ort.InferenceSession(fp32, providers=["CPUExecutionProvider"])
     names = [o.name for o in reference_session.get_outputs()]
     reference = dict(zip(names, reference_session.run(names, {"images": images})))
-    actual = dict(zip(names, ort.InferenceSession(int8, providers=["CPUExecutionProvider"]).run(
+    # Graph optimisations off: every Q/DQ pair runs as written (quantise, dequantise, float Conv / MatMul), so
+    # this measures the graph's fidelity, not a CPU's fused INT8 kernels (on an AVX2-only EPYC without VNNI, with
+    # them fused, the drivable logits were 0.38 off, 2026-12-04; they passed on AVX512 machines).
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    actual = dict(zip(names, ort.InferenceSession(int8, options, providers=["CPUExecutionProvider"]).run(
         names, {"images": images})))
     dense = np.abs(reference["drivable.logits"] - actual["drivable.logits"]).max()
     assert dense <= DENSE_RELATIVE * np.abs(reference["drivable.logits"]).max()
