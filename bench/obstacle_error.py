@@ -39,11 +39,11 @@ HEADING_BINS = 8
 
 def load_model(cfg, checkpoint: str | None) -> nn.Module:
     from perception.build import build_model
+    from perception.core.checkpoint import load_model_weights
 
     model = build_model(cfg.model, tuple(cfg.input_size)).eval()
     if checkpoint:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-        model.load_state_dict({k[len("model."):]: v for k, v in state.items() if k.startswith("model.")})
+        load_model_weights(model, checkpoint)
     return model
 
 
