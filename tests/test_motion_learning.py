@@ -56,9 +56,11 @@ def test_overfits_a_few_agents_to_a_low_min_ade(motion_dataset):
         optimizer.step()
         schedule.step()
     after = min_ade()
-    print(f"overfit 16 agents: minADE_5 {before:.2f} m -> {after:.3f} m")
+    print(f"overfit {len(tokens)} agents: minADE_5 {before:.2f} m -> {after:.3f} m")
     assert before > 5.0
-    assert after < 0.5  # measured 0.27 m
+    # Measured 0.064-0.076 m over seeds 0-2 (AVX2 CPU). Before the mode head read its features
+    # without a gradient, 0.27-1.16 m depending on seed and CPU: the test failed on one.
+    assert after < 0.25
 
 
 @pytest.mark.extended  # 88 s: the forecaster's held-out test
@@ -80,8 +82,8 @@ def test_trained_forecaster_beats_constant_velocity_with_devkit_metrics(motion_d
                            "--work-dir", str(work)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert test.returncode == 0, test.stderr[-3000:]
     metrics = json.loads((work / "metrics.json").read_text())
-    print({k: round(v, 3) for k, v in metrics.items() if k.endswith("_5")})
+    print({k: round(v, 3) for k, v in metrics.items()})
     assert os.path.isfile(work / "results_motion_synthetic_val.json")
     for name in ("minADE_5", "minFDE_5", "MissRate_2_5"):
         assert metrics[f"motion/{name}"] < metrics[f"motion_cv/{name}"], name
-    assert metrics["motion/minADE_5"] < 0.6 * metrics["motion_cv/minADE_5"]  # measured 0.35
+    assert metrics["motion/minADE_5"] < 0.6 * metrics["motion_cv/minADE_5"]  # measured 0.32 (1.60 vs 4.96 m)

@@ -100,9 +100,16 @@ class TrajectoryTransformer(nn.Module):
 
         Each step outputs its position in the agent frame, not an offset from its input: an offset
         anchors every step to the previous (possibly wrong) one and rollout errors compound.
+
+        The mode head reads the decoder features without a gradient into them. Its target (which
+        mode is closest) is noise while the modes are near each other, and fitting that noise
+        through the shared decoder wrecked the regression: overfitting 11 agents, minADE_5 fell
+        to 0.21 m, then jumped to 4 m when the class loss started to fall, and ended at 0.53-1.16 m
+        over three seeds; with the gradient stopped, 0.064-0.076 m on all three, monotonically.
         """
         queries = queries.view(batch, self.num_modes, -1, self.dim)
-        return self.position_head(queries) * POSITION_SCALE, self.mode_head(queries[:, :, 0]).squeeze(-1)
+        mode_logits = self.mode_head(queries[:, :, 0].detach()).squeeze(-1)
+        return self.position_head(queries) * POSITION_SCALE, mode_logits
 
     def _start_window(self, history: torch.Tensor, history_valid: torch.Tensor) -> torch.Tensor:
         """[B,K,2,2]: the two positions before step 0 for every mode: the last past position (the
