@@ -67,7 +67,7 @@ demo-motion: $(STAMP) $(MOTION_DATA)/.complete
 
 # About 15 minutes on 2 cores; the overfitting tier (~9) and the extended tier (~5) run in CI after it (.ci/run).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not gpu and not overfit and not extended"
+	$(PY) -m pytest -q --durations=25 -m "not gpu and not overfit and not extended"
 
 test-overfit: $(STAMP)
 	$(PY) -m pytest -q -m "overfit and not gpu"
