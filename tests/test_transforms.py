@@ -61,6 +61,29 @@ def test_eval_transform_keeps_bottom_rows_and_full_width():
     assert params.crop_x == 0 and params.crop_y == round(900 * 448 / 1600) - 224 and not params.flip
 
 
+def test_keep_principal_row_puts_cy_on_the_evaluation_row_in_every_crop():
+    image = np.zeros((360, 640, 3), np.uint8)
+    evaluation = CameraTransform((224, 448), train=False)(image, None, np.zeros((0, 4)), np.zeros((0, 2)), INTRINSICS)
+    evaluation_cy = evaluation["intrinsics"][1, 2]
+    kept = CameraTransform((224, 448), train=True, photometric=False, scale_range=(0.9, 1.15), keep_principal_row=True,
+                           seed=0)
+    free = CameraTransform((224, 448), train=True, photometric=False, scale_range=(0.9, 1.15), seed=0)
+    kept_rows, free_rows = [], []
+    for _ in range(200):
+        for transform, rows in ((kept, kept_rows), (free, free_rows)):
+            params = transform.sample_params(640, 360, principal_row=INTRINSICS[1, 2])
+            out = transform(image, None, np.zeros((0, 4)), np.zeros((0, 2)), INTRINSICS, params)
+            rows.append((params.scale / (448 / 640), out["intrinsics"][1, 2]))
+    for relative_scale, cy in kept_rows:
+        if relative_scale >= 1.0:  # the resized image reaches below the input: cy exactly where evaluation has it
+            assert abs(cy - evaluation_cy) <= 1.0  # whole-pixel crop and window
+        else:  # it does not: the bottom rows are kept, cy sits at most (1 - scale) x (H - cy) lower
+            assert evaluation_cy - 1.0 <= cy <= evaluation_cy + (1 - relative_scale) * (360 - 176) * 0.7 + 1.0
+    spread = lambda rows: np.ptp([cy for _, cy in rows])  # noqa: E731
+    print(f"cy spread over 200 crops: kept {spread(kept_rows):.1f} px, free {spread(free_rows):.1f} px")
+    assert spread(kept_rows) < 16 and spread(free_rows) > 35  # measured 13.8 and 46.2 px
+
+
 def test_boxes_leaving_the_crop_are_dropped_with_their_index():
     image = np.zeros((360, 640, 3), np.uint8)
     boxes = np.array([[10, 10, 40, 40], [300, 200, 340, 260]], np.float32)  # first one ends up cropped away

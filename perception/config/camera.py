@@ -116,6 +116,10 @@ class AugmentConfig:
     scale_range: tuple = (0.9, 1.15)
     flip_prob: float = 0.5
     photometric: bool = True
+    # Crop each training image so that its principal point lands on the row it has in evaluation (as far as the
+    # resized image reaches): the row of an object's foot then means the same depth in every crop. Off: the crop
+    # is drawn within 15 % of the input height above the bottom (perception.data.transforms).
+    keep_principal_row: bool = False
 
 
 @dataclass

@@ -181,6 +181,9 @@ class Bdd100kDataset(CameraDataset):
     def read_drivable_truth(self, meta: dict) -> np.ndarray | None:
         return read_drivable_mask(meta["drivable_mask_path"])
 
+    def principal_row(self, info: dict) -> float:
+        return info["image_size"][1] / 2  # unknown calibration: the image centre, as read_labels assumes
+
     def read_labels(self, info: dict, height: int, width: int) -> dict:
         mask = read_drivable_mask(info["drivable_mask"])
         if mask is not None and mask.shape != (height, width):

@@ -101,6 +101,10 @@ class CameraDataset(Dataset):
         """A key unique to one image across datasets (results are gathered by it)."""
         raise NotImplementedError
 
+    def principal_row(self, info: dict) -> float:
+        """The image's cy in original pixels (the row the horizon crosses for a level camera)."""
+        raise NotImplementedError
+
     def read_labels(self, info: dict, height: int, width: int) -> dict:
         """Labels in original pixels: mask [H,W] uint8 or None, boxes_xyxy [N,4], keypoints_uv [N,2],
         intrinsics [3,3], lanes (list of [K,2] polylines)."""
@@ -127,7 +131,7 @@ class CameraDataset(Dataset):
         info = self.infos[item_index(key)]
         image_path = os.path.join(self.data_root, info["image_path"])
         width, height = info["image_size"]
-        params = self.transform.sample_params(width, height)
+        params = self.transform.sample_params(width, height, principal_row=self.principal_row(info))
         half = self.reduced_decoding and params.scale <= self.half_decode_max_scale
         # BGR: the transform's colour step swaps to RGB.
         image = read_camera_image(image_path, half=half)
@@ -190,6 +194,9 @@ class NuScenesCameraDataset(CameraDataset):
                          tasks)
         self.cache_directory = cache_directory
         self.lane_cameras = tuple(lane_cameras)
+
+    def principal_row(self, info: dict) -> float:
+        return float(info["intrinsics"][1][2])
 
     def read_labels(self, info: dict, height: int, width: int) -> dict:
         obstacles = info["obstacles"]

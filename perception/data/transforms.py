@@ -46,11 +46,12 @@ class CameraTransform:
     """Callable producing a dict with the transformed sample (see ``__call__``)."""
 
     def __init__(self, input_size: tuple[int, int], train: bool, scale_range=(0.9, 1.15), flip_prob: float = 0.5,
-                 photometric: bool = True, seed: int | None = None):
+                 photometric: bool = True, seed: int | None = None, keep_principal_row: bool = False):
         self.input_height, self.input_width = input_size
         self.train = train
         self.scale_range = scale_range
         self.flip_prob = flip_prob
+        self.keep_principal_row = keep_principal_row
         self.rng = np.random.default_rng(seed)
         self.photometric = Photometric() if train and photometric else None
 
@@ -58,18 +59,26 @@ class CameraTransform:
         """Make the next item's augmentation a function of ``rng`` (see perception.data.sampling)."""
         self.rng = rng
 
-    def sample_params(self, width: int, height: int) -> GeometryParams:
+    def sample_params(self, width: int, height: int, principal_row: float | None = None) -> GeometryParams:
+        """``principal_row``: the image's cy (original pixels); with ``keep_principal_row`` the crop puts it
+        on the row evaluation puts it on."""
         base = self.input_width / width
+        evaluation_crop_y = max(int(round(height * base)) - self.input_height, 0)
         if not self.train:
-            scale = base
-            resized_h = int(round(height * scale))
-            return GeometryParams(scale, 0, max(resized_h - self.input_height, 0), False)
+            return GeometryParams(base, 0, evaluation_crop_y, False)
         scale = base * float(self.rng.uniform(*self.scale_range))
         resized_w, resized_h = int(round(width * scale)), int(round(height * scale))
         crop_x = int(self.rng.integers(0, max(resized_w - self.input_width, 0) + 1))
-        # Vertically, stay near the bottom: the sky carries little signal.
         lowest = max(resized_h - self.input_height, 0)
-        crop_y = int(self.rng.integers(max(lowest - int(0.15 * self.input_height), 0), lowest + 1))
+        if self.keep_principal_row and principal_row is not None:
+            # A level camera over flat ground sees a foot at row v at depth fy * height / (v - cy): with cy
+            # fixed in the input, a row means one depth code (log(z / fx), which the scale does not change).
+            # Clamped to the image: below scale 1 the bottom rows run out and cy sits up to (1 - scale) x
+            # (H - cy) lower.
+            wanted = principal_row * scale - (principal_row * base - evaluation_crop_y)
+            crop_y = int(min(max(round(wanted), 0), lowest))
+        else:  # vertically, stay near the bottom: the sky carries little signal
+            crop_y = int(self.rng.integers(max(lowest - int(0.15 * self.input_height), 0), lowest + 1))
         return GeometryParams(scale, crop_x, crop_y, bool(self.rng.random() < self.flip_prob))
 
     def __call__(self, image: np.ndarray, mask: np.ndarray | None, boxes_xyxy: np.ndarray, keypoints_uv: np.ndarray,
