@@ -71,10 +71,10 @@ class CameraTransform:
         crop_x = int(self.rng.integers(0, max(resized_w - self.input_width, 0) + 1))
         lowest = max(resized_h - self.input_height, 0)
         if self.keep_principal_row and principal_row is not None:
-            # A level camera over flat ground sees a foot at row v at depth fy * height / (v - cy): with cy
-            # fixed in the input, a row means one depth code (log(z / fx), which the scale does not change).
-            # Clamped to the image: below scale 1 the bottom rows run out and cy sits up to (1 - scale) x
-            # (H - cy) lower.
+            # A level camera h metres over flat ground sees a foot at row v at depth fy * h / (v - cy): with cy
+            # fixed in the input, a row means one depth code (log(z * F_REF / fx), which the scale does not
+            # change). Clamped to the image: below the evaluation scale the bottom rows run out and cy sits up
+            # to (1 - scale / base) x base x (H - cy) input rows lower.
             wanted = principal_row * scale - (principal_row * base - evaluation_crop_y)
             crop_y = int(min(max(round(wanted), 0), lowest))
         else:  # vertically, stay near the bottom: the sky carries little signal
