@@ -9,6 +9,7 @@ The same holds for the obstacle and traffic-light heads. Images are independent 
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -115,6 +116,72 @@ def test_an_image_labelled_empty_pushes_scores_down(mixed_batch, task):
     grad, = torch.autograd.grad(loss, logits)
     assert (grad[0] > 0).all(), "every query's score of the empty image must be pushed down"
     assert (grad[1:] == 0).all()
+
+
+def _all_losses_and_gradients(model, criteria, images, targets, labelled):
+    denoising = {task: criteria[task].denoising_targets(targets, images.device) for task in model.denoising_tasks}
+    torch.manual_seed(0)  # the denoising noise
+    outputs = model(images, denoising or None, labelled=labelled)
+    losses = task_losses(criteria, outputs, targets, model.heads)
+    model.zero_grad()
+    sum(losses.values()).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return {name: value.item() for name, value in losses.items()}, grads
+
+
+@pytest.mark.parametrize("denoising", [False, True])
+def test_each_head_run_on_its_labelled_images_alone_gives_the_full_batch_losses_and_gradients(mixed_batch, denoising,
+                                                                                               small_dataset,
+                                                                                               bdd_dataset):
+    """``labelled`` (training): each head runs on the images with its labels only. The losses and every weight's
+    gradient must be those of running every head on the whole batch, including a task labelled on no image."""
+    cfg, batch, model, criteria = mixed_batch
+    if denoising:  # the box heads' denoising queries are made per image from the targets: they must follow it
+        heads = {**ALL_HEADS, "obstacles": dict(ALL_HEADS["obstacles"], denoising_queries=20),
+                 "lights": dict(ALL_HEADS["lights"], denoising_queries=10)}
+        torch.manual_seed(0)
+        model = build_model(parse_config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=heads),
+                                                             bdd100k=dict(data_root=bdd_dataset))).model,
+                            tuple(cfg.input_size))
+        assert set(model.denoising_tasks) == {"obstacles", "lights"}
+    model.train()
+    targets = copy.deepcopy(batch["targets"])
+    targets["lanes"]["valid"] = torch.tensor([True, False, True, False])  # lanes on a subset too
+    images = to_model_input(batch["images"])
+    for case in ("mixed", "no lights"):
+        if case == "no lights":
+            targets["lights"]["valid"] = torch.zeros(4, dtype=torch.bool)
+        labelled = {task: targets[task]["valid"] for task in targets}
+        full_losses, full_grads = _all_losses_and_gradients(model, criteria, images, targets, None)
+        losses, grads = _all_losses_and_gradients(model, criteria, images, targets, labelled)
+        assert set(grads) == set(full_grads), f"{case}: some weights lost their gradient"
+        if denoising:  # the noise is drawn per batch row, so the box heads' losses are equal in law only
+            assert all(math.isfinite(v) for v in losses.values()), losses
+            same = {n: v for n, v in full_losses.items() if n.startswith(("drivable", "lane"))}
+            assert {n: losses[n] for n in same} == pytest.approx(same, rel=1e-5, abs=1e-6), case
+            continue
+        assert losses == pytest.approx(full_losses, rel=1e-5, abs=1e-6), case
+        for name, grad in full_grads.items():
+            # 1e-6 absolute: some gradients are zero in exact arithmetic (a key bias under softmax) and 1e-10 here
+            tolerance = 1e-4 * grad.abs().max().item() + 1e-6
+            assert (grads[name] - grad).abs().max().item() <= tolerance, f"{case}: gradient of {name}"
+    assert all(losses[name] == 0.0 for name in TASK_LOSSES["lights"])  # labelled on no image: nothing to learn
+
+
+def test_a_head_run_on_some_images_returns_batch_sized_outputs_with_zero_rows_elsewhere(mixed_batch):
+    _, batch, model, _ = mixed_batch
+    model.train()
+    images = to_model_input(batch["images"])
+    labelled = {"lights": torch.tensor([False, False, True, True])}
+    with torch.no_grad():
+        full, subset = model(images), model(images, labelled=labelled)
+    for name, value in full.items():
+        assert subset[name].shape == value.shape, name
+        if name.startswith("lights."):
+            assert torch.equal(subset[name][:2], torch.zeros_like(value[:2])), name
+            torch.testing.assert_close(subset[name][2:], value[2:], atol=1e-5, rtol=1e-4)
+        else:
+            assert torch.equal(subset[name], value), name
 
 
 class _Values:

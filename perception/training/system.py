@@ -40,10 +40,12 @@ class PerceptionSystem(BaseSystem):
     def _losses_and_outputs(self, batch: dict, model: nn.Module | None = None):
         model = self.model if model is None else model
         images = to_model_input(batch["images"])  # uint8 -> normalised, on the device
-        tasks = model.denoising_tasks if model.training else ()
-        if tasks:  # the box heads' denoising queries are made from the targets (training only)
-            outputs = model(images, {task: self.criteria[task].denoising_targets(batch["targets"], images.device)
-                                     for task in tasks})
+        if model.training:
+            # Denoising queries are made from the targets; each head runs on the images with its labels.
+            denoising = {task: self.criteria[task].denoising_targets(batch["targets"], images.device)
+                         for task in model.denoising_tasks}
+            labelled = {task: targets["valid"] for task, targets in batch["targets"].items() if task in model.heads}
+            outputs = model(images, denoising or None, labelled=labelled)
         else:
             outputs = model(images)
         losses = task_losses(self.criteria, outputs, batch["targets"], model.heads)
