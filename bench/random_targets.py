@@ -38,8 +38,16 @@ def random_lights(count: int, height: int, width: int) -> dict:
     return {**LIGHTS.empty_targets(), "valid": True, "boxes_xyxy": boxes, "labels": torch.randint(0, 4, (count,))}
 
 
-def random_targets(batch: int, height: int, width: int, device: str = "cpu") -> dict:
-    """Every camera task's batch targets, as ``collate_camera_batch`` makes them."""
+# Share of the demo's training images that carry each task's labels (20 batches of configs/demo_synthetic.py:
+# BDD100K-format frames have no 3D boxes, nuScenes-format ones no lights, nuScenes side cameras no lanes).
+DEMO_LABELLED_SHARE = {"drivable": 1.0, "obstacles": 0.56, "lanes": 0.62, "lights": 0.44}
+
+
+def random_targets(batch: int, height: int, width: int, device: str = "cpu",
+                   labelled_share: dict[str, float] | None = None) -> dict:
+    """Every camera task's batch targets, as ``collate_camera_batch`` makes them. ``labelled_share``: per task,
+    the share of the images that carry its labels (the others are marked ``valid`` False, as in a mixed batch);
+    None: every image carries every task's labels."""
     makers = {"drivable": lambda: {"valid": True, "mask": torch.randint(0, 2, (height, width))},
               "obstacles": lambda: random_obstacles(12, height, width), "lanes": lambda: random_lanes(4, height, width),
               "lights": lambda: random_lights(3, height, width)}
@@ -48,4 +56,7 @@ def random_targets(batch: int, height: int, width: int, device: str = "cpu") -> 
     targets = {task.name: task.collate([makers[task.name]() for _ in range(batch)], (height, width))
                for task in CAMERA_TASKS}
     targets["drivable"] = {key: value.to(device) for key, value in targets["drivable"].items()}
+    for task, share in (labelled_share or {}).items():
+        count = min(batch, max(1, round(share * batch)))
+        targets[task]["valid"] = torch.arange(batch, device=targets[task]["valid"].device) < count
     return targets

@@ -5,6 +5,7 @@
     python bench/train_step_rate.py --device cuda --batch-size 2 --precision bf16 --configs configs/swin_t_nuscenes.py
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --compile-backbone
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --precision fp32 bf16
+    python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --mixed
 
 Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
 training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
@@ -12,6 +13,8 @@ memory (on the CPU, the process's peak RSS). The step rate of the first config a
 the baseline the others are compared with (same run: these machines are noisy). Several ``--precision``
 values time each config under each, from the same initial weights: bf16 is autocast (the master weights
 stay fp32), on the CPU as on CUDA; a CPU with AVX512-BF16 or AMX runs its matmuls in bf16 natively.
+``--mixed`` labels the batch like the demo's mix of datasets (each task on a share of the images) and times
+each head run on its labelled images only, as training runs, against every head on every image.
 ``--compile-backbone`` also times each config with its backbone under ``torch.compile`` (inductor), from the
 same initial weights, at the last precision given: the one-off compile and the step ratio to eager. On the
 2-core CPU it was no gain (2026-12-02, see the README); it is here for the GPU, where fused kernels and fewer
@@ -30,7 +33,10 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from random_targets import random_targets  # bench/random_targets.py: this script's folder is on sys.path
+from random_targets import (  # bench/random_targets.py: this script's folder is on sys.path
+    DEMO_LABELLED_SHARE,
+    random_targets,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -44,21 +50,24 @@ def count_flops(model, images) -> dict[str, float]:
     return {"total": total.get_total_flops() / 1e9, "backbone": backbone.get_total_flops() / 1e9}
 
 
-def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> list[float]:
+def step_times(model, criteria, images, steps: int, warmup: int, device: str, dtype,
+               labelled_share: dict | None = None, heads_on_labelled: bool = False) -> list[float]:
     """Seconds per training step with the real criteria on random full-resolution targets, warmup steps
-    included (the first one holds the compile when the backbone is compiled)."""
+    included (the first one holds the compile when the backbone is compiled). ``labelled_share``: a mixed
+    batch (random_targets); ``heads_on_labelled``: each head runs on its labelled images only, as training does."""
     from perception.losses.task_losses import task_losses
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, _, height, width = images.shape
-    targets = random_targets(batch, height, width, device)
+    targets = random_targets(batch, height, width, device, labelled_share)
+    labelled = {task: targets[task]["valid"] for task in model.heads} if heads_on_labelled else None
     times = []
     for _ in range(warmup + steps):
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
-            outputs = model(images)
+            outputs = model(images, labelled=labelled)
             loss = sum(task_losses(criteria, outputs, targets, model.heads).values())
         loss.backward()
         optimizer.step()
@@ -80,6 +89,9 @@ def main() -> int:
                         help="one or more; each config is timed under each, in this order")
     parser.add_argument("--compile-backbone", action="store_true",
                         help="also time each config with its backbone under torch.compile")
+    parser.add_argument("--mixed", action="store_true",
+                        help="batches labelled like the demo's mix (random_targets.DEMO_LABELLED_SHARE); also time "
+                             "every head on every image against each head on its labelled images (as training runs)")
     args = parser.parse_args()
 
     from perception.build import build_criteria, build_model
@@ -106,7 +118,9 @@ def main() -> int:
         for precision in args.precision:
             model.load_state_dict(initial)  # every precision starts from the same weights
             dtype = torch.bfloat16 if precision == "bf16" else None
-            times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype)[args.warmup:]
+            share = DEMO_LABELLED_SHARE if args.mixed else None
+            times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype, share,
+                               heads_on_labelled=args.mixed)[args.warmup:]
             median = statistics.median(times)
             baseline = baseline or median
             line = (f"  {precision:<6} step {median * 1e3:8.1f} ms  {1 / median:6.2f} steps/s  "
@@ -116,6 +130,12 @@ def main() -> int:
             else:  # process peak RSS; it only grows, so list configs from small to large
                 line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
             print(line, flush=True)
+            if args.mixed:  # the baseline: every head on every image (the unlabelled rows' outputs are unused)
+                model.load_state_dict(initial)
+                every = statistics.median(step_times(model, criteria, images, args.steps, args.warmup, args.device,
+                                                     dtype, share)[args.warmup:])
+                print(f"  {precision:<6} every head on every image: step {every * 1e3:8.1f} ms  "
+                      f"heads on their labelled images x{median / every:5.2f} of it", flush=True)
         if args.compile_backbone:  # eager's step and dtype: the last precision's, from the loop above
             model.load_state_dict(initial)
             model.backbone = torch.compile(model.backbone)

@@ -31,6 +31,12 @@ def test_train_step_rate_smoke():
     assert "fp32" in out and "bf16" in out and out.count("steps/s") == 2
 
 
+def test_train_step_rate_mixed_smoke():
+    out = run_bench("bench/train_step_rate.py", "--configs", "configs/demo_synthetic.py", "--steps", "1",
+                    "--warmup", "0", "--batch-size", "2", "--mixed")
+    assert "every head on every image" in out
+
+
 def test_data_loading_smoke():
     out = run_bench("bench/data_loading.py", "--items", "2")
     assert "images/s per worker" in out
