@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 import pytest
 import torch
+from mmengine.config import Config
 
 from perception.build import build_criteria, build_model
 from perception.config import parse_config
@@ -22,6 +24,8 @@ from perception.data.sampling import item_index
 from perception.losses.task_losses import task_losses
 from perception.tasks import CAMERA_TASKS
 from tests.conftest import ALL_HEADS, ALL_LOSS_WEIGHTS, TINY_MODEL, experiment_dict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TASK_LOSSES = {"lanes": ("lane_cls", "lane_points", "lane_visibility", "lane_mask"),
                "lights": ("light_cls", "light_l1", "light_giou"),
@@ -129,21 +133,30 @@ def _all_losses_and_gradients(model, criteria, images, targets, labelled):
     return {name: value.item() for name, value in losses.items()}, grads
 
 
-@pytest.mark.parametrize("denoising", [False, True])
-def test_each_head_run_on_its_labelled_images_alone_gives_the_full_batch_losses_and_gradients(mixed_batch, denoising,
+@pytest.mark.parametrize("heads", ["test", "denoising", "demo"])
+def test_each_head_run_on_its_labelled_images_alone_gives_the_full_batch_losses_and_gradients(mixed_batch, heads,
                                                                                                small_dataset,
                                                                                                bdd_dataset):
     """``labelled`` (training): each head runs on the images with its labels only. The losses and every weight's
-    gradient must be those of running every head on the whole batch, including a task labelled on no image."""
+    gradient must be those of running every head on the whole batch, including a task labelled on no image.
+    ``demo``: the heads, matcher and loss weights of configs/demo_synthetic.py (deformable cross-attention, lane row
+    kernels, one-to-many class targets), which trains this way."""
     cfg, batch, model, criteria = mixed_batch
-    if denoising:  # the box heads' denoising queries are made per image from the targets: they must follow it
-        heads = {**ALL_HEADS, "obstacles": dict(ALL_HEADS["obstacles"], denoising_queries=20),
-                 "lights": dict(ALL_HEADS["lights"], denoising_queries=10)}
+    denoising = heads == "denoising"
+    if heads != "test":
+        overrides = dict(bdd100k=dict(data_root=bdd_dataset))
+        if denoising:  # the box heads' denoising queries are made per image from the targets: they must follow it
+            overrides["model"] = dict(TINY_MODEL, heads={
+                **ALL_HEADS, "obstacles": dict(ALL_HEADS["obstacles"], denoising_queries=20),
+                "lights": dict(ALL_HEADS["lights"], denoising_queries=10)})
+        else:
+            demo = Config.fromfile(os.path.join(ROOT, "configs", "demo_synthetic.py"))
+            overrides.update(model=demo.model.to_dict(), matcher=demo.matcher.to_dict(),
+                             loss_weights=demo.loss_weights.to_dict())
         torch.manual_seed(0)
-        model = build_model(parse_config(experiment_dict(small_dataset, model=dict(TINY_MODEL, heads=heads),
-                                                             bdd100k=dict(data_root=bdd_dataset))).model,
-                            tuple(cfg.input_size))
-        assert set(model.denoising_tasks) == {"obstacles", "lights"}
+        other = parse_config(experiment_dict(small_dataset, **overrides))
+        model, criteria = build_model(other.model, tuple(cfg.input_size)), build_criteria(other)
+        assert set(model.denoising_tasks) == ({"obstacles", "lights"} if denoising else set())
     model.train()
     targets = copy.deepcopy(batch["targets"])
     targets["lanes"]["valid"] = torch.tensor([True, False, True, False])  # lanes on a subset too
