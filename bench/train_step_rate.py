@@ -115,10 +115,10 @@ def main() -> int:
         print(f"{os.path.basename(path):<24} {height}x{width}  GFLOPs/img {flops['total']:7.2f} "
               f"(backbone {flops['backbone']:6.2f}, neck+heads {flops['total'] - flops['backbone']:6.2f} = "
               f"{(flops['total'] - flops['backbone']) / flops['total']:.0%})", flush=True)
+        share = DEMO_LABELLED_SHARE if args.mixed else None
         for precision in args.precision:
             model.load_state_dict(initial)  # every precision starts from the same weights
             dtype = torch.bfloat16 if precision == "bf16" else None
-            share = DEMO_LABELLED_SHARE if args.mixed else None
             times = step_times(model, criteria, images, args.steps, args.warmup, args.device, dtype, share,
                                heads_on_labelled=args.mixed)[args.warmup:]
             median = statistics.median(times)

@@ -57,12 +57,14 @@ def run_on_images(head: nn.Module, levels: list[torch.Tensor], labelled: torch.T
     used in every step (DDP). Training only: the zero rows are not predictions."""
     batch = levels[0].shape[0]
     index = torch.nonzero(labelled.to(levels[0].device), as_tuple=False)[:, 0]
-    if len(index) == batch:
-        return head(levels) if denoising is None else head(levels, denoising=denoising)
     if len(index) == 0:
         index = index.new_zeros(1)
-    kept = [level.index_select(0, index) for level in levels]
-    kwargs = {} if denoising is None else {"denoising": [denoising[i] for i in index.tolist()]}
-    outputs = head(kept, **kwargs)
+    subset = len(index) < batch
+    if subset:
+        levels = [level.index_select(0, index) for level in levels]
+        denoising = None if denoising is None else [denoising[i] for i in index.tolist()]
+    outputs = head(levels) if denoising is None else head(levels, denoising=denoising)
+    if not subset:
+        return outputs
     return {name: value.new_zeros((batch, *value.shape[1:])).index_copy(0, index, value)
             for name, value in outputs.items()}
