@@ -44,6 +44,7 @@ def test_cfg_options_override_nested_and_trainer_keys():
     ({"optimizer": {"lr": -1.0}}, "lr > 0"),
     ({"cameras": ["CAM_FRONT", "CAM_TOP"]}, "unknown cameras"),
     ({"batch_size": "8"}, "must be int"),
+    ({"postprocess": {"lane_line_fit_px": 0.0}}, "lane_line_fit_px must be > 0"),
 ])
 def test_bad_configs_are_rejected_with_a_clear_message(overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -85,6 +85,9 @@ class PostprocessConfig:
     obstacle_depth_confidence: bool = False
     lane_score_threshold: float = 0.3  # lane F1 is measured at this one operating point
     lane_visibility_threshold: float = 0.5
+    # Put each lane's rows on a robust straight line (Huber scale in input px; postprocess/lane_fit.py); None: as
+    # the head placed them. The F1's IoU of 0.5 allows about 2.7 input px at 448 px wide.
+    lane_line_fit_px: float | None = None
     light_max_per_image: int = 30
     light_score_threshold: float = 0.05
     light_nms_iou: float | None = None  # per-class 2D NMS of the light boxes; None: NMS-free
@@ -181,6 +184,9 @@ def validate(cfg: ExperimentConfig) -> None:
         if section == "matcher" and value is not None and cfg.matcher.iou_aware_classification:
             raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
                               "class targets: set one of them")
+    if cfg.postprocess.lane_line_fit_px is not None and not cfg.postprocess.lane_line_fit_px > 0:
+        raise ConfigError(f"postprocess.lane_line_fit_px must be > 0 (input px) or None, got "
+                          f"{cfg.postprocess.lane_line_fit_px!r}")
     if cfg.matcher.dense_class_positives not in ("all", "one"):
         raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
                           f"{cfg.matcher.dense_class_positives!r}")

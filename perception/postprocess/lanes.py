@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, decode_lane
+from perception.postprocess.lane_fit import robust_line_fit
 
 
 @dataclass
@@ -18,8 +19,10 @@ class ImageLanes:
 
 
 def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
-                 score_threshold: float = 0.3, visibility_threshold: float = 0.5) -> ImageLanes:
-    """Lanes of image ``index`` of a batch; ``affine`` [3,3] maps original px to input px."""
+                 score_threshold: float = 0.3, visibility_threshold: float = 0.5,
+                 line_fit_px: float | None = None) -> ImageLanes:
+    """Lanes of image ``index`` of a batch; ``affine`` [3,3] maps original px to input px. ``line_fit_px``: put
+    each lane's rows on a robust straight line, Huber scale in input px (``postprocess.lane_line_fit_px``)."""
     probability = outputs["lanes.logits"][index].float().sigmoid()  # (Q, C)
     scores, labels = probability.max(dim=-1)
     points = outputs["lanes.points"][index].float().numpy()  # (Q, P)
@@ -34,6 +37,8 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
         if visible[q].sum() < MIN_VISIBLE_ROWS:
             continue
         lane = decode_lane(points[q], visible[q], input_size)  # input px
+        if line_fit_px is not None:
+            lane = robust_line_fit(lane, line_fit_px)
         polylines.append(lane @ inverse[:2, :2].T + inverse[:2, 2])
         kept_labels.append(int(labels[q]))
         kept_scores.append(float(scores[q]))

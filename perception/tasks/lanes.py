@@ -111,7 +111,7 @@ class LaneTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
         """ImageLanes: polylines in original pixels, labels, scores."""
         return decode_lanes(outputs, i, tuple(input_size), affine, post.lane_score_threshold,
-                            post.lane_visibility_threshold)
+                            post.lane_visibility_threshold, post.lane_line_fit_px)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_lanes
@@ -130,7 +130,7 @@ class LaneTask(Task):
             from perception.scoring.frame_scores import lane_sweep_entry
 
             low = decode_lanes(outputs, i, tuple(cfg.input_size), meta["affine"], SWEEP_MIN_SCORE,
-                               cfg.postprocess.lane_visibility_threshold)
+                               cfg.postprocess.lane_visibility_threshold, cfg.postprocess.lane_line_fit_px)
             result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
         return result
 
