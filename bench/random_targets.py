@@ -59,4 +59,8 @@ def random_targets(batch: int, height: int, width: int, device: str = "cpu",
     for task, share in (labelled_share or {}).items():
         count = min(batch, max(1, round(share * batch)))
         targets[task]["valid"] = torch.arange(batch, device=targets[task]["valid"].device) < count
+    if torch.device(device).type != "cpu":  # the whole batch, per-image lists too, as Lightning moves it in training
+        from lightning.fabric.utilities.apply_func import move_data_to_device
+
+        targets = move_data_to_device(targets, device)
     return targets

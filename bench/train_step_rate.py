@@ -6,6 +6,8 @@
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --compile-backbone
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --precision fp32 bf16
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --mixed
+    python bench/train_step_rate.py --device cuda --batch-size 32 --precision bf16 --breakdown \
+        --configs configs/swin_t_nuscenes_bdd100k.py
 
 Prints per config: forward GFLOPs (2 x MAC) split into backbone and neck + heads, median
 training-step time (forward + backward + AdamW), steps/s, images/s, and on CUDA the peak
@@ -15,6 +17,9 @@ values time each config under each, from the same initial weights: bf16 is autoc
 stay fp32), on the CPU as on CUDA; a CPU with AVX512-BF16 or AMX runs its matmuls in bf16 natively.
 ``--mixed`` labels the batch like the demo's mix of datasets (each task on a share of the images) and times
 each head run on its labelled images only, as training runs, against every head on every image.
+``--breakdown`` also times each part of the step on its own (a device sync between parts): the forward, each
+task's criterion with its Hungarian matching apart (host-side), the backward and the optimizer, as median ms and
+share of the step. That says whether a GPU waits on the matching.
 ``--compile-backbone`` also times each config with its backbone under ``torch.compile`` (inductor), from the
 same initial weights, at the last precision given: the one-off compile and the step ratio to eager. On the
 2-core CPU it was no gain (2026-12-02, see the README); it is here for the GPU, where fused kernels and fewer
@@ -78,6 +83,129 @@ def step_times(model, criteria, images, steps: int, warmup: int, device: str, dt
     return times
 
 
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_breakdown(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> dict[str, float]:
+    """Median ms of each part of a training step, timed with a device sync around each part: ``forward``,
+    ``loss <task>`` (its criterion, matching included), ``match <task>`` (its matchers' calls alone: cost
+    matrices, the host transfer and the assignment), ``backward``, ``optimizer``, and ``step`` (their sum)."""
+    from perception.losses.task_losses import task_losses
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch, _, height, width = images.shape
+    targets = random_targets(batch, height, width, device)
+    matching: dict[str, float] = {}
+
+    def time_matcher(task: str, module) -> None:  # hooks: the matcher's own time, synced at both ends
+        def before(*_):
+            _sync(device)
+            module._started = time.perf_counter()
+
+        def after(*_):
+            _sync(device)
+            matching[task] = matching.get(task, 0.0) + time.perf_counter() - module._started
+
+        module.register_forward_pre_hook(before)
+        module.register_forward_hook(after)
+
+    for task, criterion in criteria.items():
+        for module in criterion.modules():
+            if type(module).__name__.endswith("Matcher"):
+                time_matcher(task, module)
+    parts: dict[str, list[float]] = {}
+    for step in range(warmup + steps):
+        matching.clear()
+        times: dict[str, float] = {}
+        _sync(device)
+        start = time.perf_counter()
+        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            outputs = model(images)
+            _sync(device)
+            times["forward"] = time.perf_counter() - start
+            losses = {}
+            for task in criteria:
+                begin = time.perf_counter()
+                losses.update(task_losses({task: criteria[task]}, outputs, targets, model.heads))
+                _sync(device)
+                times[f"loss {task}"] = time.perf_counter() - begin
+        begin = time.perf_counter()
+        sum(losses.values()).backward()
+        _sync(device)
+        times["backward"] = time.perf_counter() - begin
+        begin = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        times["optimizer"] = time.perf_counter() - begin
+        times["step"] = time.perf_counter() - start
+        times.update({f"match {task}": seconds for task, seconds in matching.items()})
+        if step >= warmup:
+            for name, seconds in times.items():
+                parts.setdefault(name, []).append(seconds * 1e3)
+    return {name: statistics.median(values) for name, values in parts.items()}
+
+
+def profile_losses(model, criteria, images, device: str, dtype, top: int) -> None:
+    """One step's criteria under cProfile (host time; on CUDA, waits for the device show up in the calls that
+    copy to the host) and, on CUDA, the number of host-device syncs they make: what keeps the GPU waiting."""
+    import cProfile
+    import pstats
+    import warnings
+
+    from perception.losses.task_losses import task_losses
+
+    batch, _, height, width = images.shape
+    targets = random_targets(batch, height, width, device)
+    with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+        outputs = model(images)
+        _sync(device)
+        profiler = cProfile.Profile()
+        with warnings.catch_warnings(record=True) as syncs:
+            warnings.simplefilter("always")
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            profiler.enable()
+            task_losses(criteria, outputs, targets, model.heads)
+            _sync(device)
+            profiler.disable()
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+    if device == "cuda":
+        print(f"  criteria: {sum('synchroniz' in str(w.message) for w in syncs)} host-device syncs in one step")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+def profile_step(model, criteria, images, device: str, dtype, top: int) -> None:
+    """One training step under torch.profiler: the ``top`` operators by self time on the device (CUDA) or the
+    CPU, the table that says which kernels to make cheaper."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from perception.losses.task_losses import task_losses
+
+    batch, _, height, width = images.shape
+    targets = random_targets(batch, height, width, device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+            outputs = model(images)
+            loss = sum(task_losses(criteria, outputs, targets, model.heads).values())
+        loss.backward()
+        _sync(device)
+    model.zero_grad(set_to_none=True)
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    print(profiler.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60), flush=True)
+
+
+def print_breakdown(parts: dict[str, float], batch: int) -> None:
+    step = parts["step"]
+    line = "  ".join(f"{name} {ms:.1f} ({ms / step:.0%})" for name, ms in parts.items() if name != "step")
+    print(f"  breakdown, ms (share of the step {step:.1f} ms = {batch / step * 1e3:.1f} img/s): {line}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=["configs/demo_synthetic.py", "configs/swin_t_nuscenes.py"])
@@ -89,6 +217,15 @@ def main() -> int:
                         help="one or more; each config is timed under each, in this order")
     parser.add_argument("--compile-backbone", action="store_true",
                         help="also time each config with its backbone under torch.compile")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time each part of the step alone: forward, each criterion and its matching, "
+                             "backward, optimizer")
+    parser.add_argument("--profile-losses", type=int, default=0, metavar="N",
+                        help="with --breakdown: also print the N functions with the most host time in one step's "
+                             "criteria (cProfile) and, on CUDA, the number of host-device syncs they make")
+    parser.add_argument("--profile-step", type=int, default=0, metavar="N",
+                        help="with --breakdown: also print the N operators with the most self time in one step "
+                             "(torch.profiler; device time on CUDA)")
     parser.add_argument("--mixed", action="store_true",
                         help="batches labelled like the demo's mix (random_targets.DEMO_LABELLED_SHARE); also time "
                              "every head on every image against each head on its labelled images (as training runs)")
@@ -130,6 +267,14 @@ def main() -> int:
             else:  # process peak RSS; it only grows, so list configs from small to large
                 line += f"  peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
             print(line, flush=True)
+            if args.breakdown:
+                model.load_state_dict(initial)
+                print_breakdown(step_breakdown(model, criteria, images, args.steps, args.warmup, args.device, dtype),
+                                args.batch_size)
+                if args.profile_losses:
+                    profile_losses(model, criteria, images, args.device, dtype, args.profile_losses)
+                if args.profile_step:
+                    profile_step(model, criteria, images, args.device, dtype, args.profile_step)
             if args.mixed:  # the baseline: every head on every image (the unlabelled rows' outputs are unused)
                 model.load_state_dict(initial)
                 every = statistics.median(step_times(model, criteria, images, args.steps, args.warmup, args.device,

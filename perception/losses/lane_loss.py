@@ -14,14 +14,13 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import linear_sum_assignment
 from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
 from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes
 from perception.losses.dice import soft_dice_loss
-from perception.losses.matcher import focal_class_cost
+from perception.losses.matcher import focal_class_cost, solve_assignments
 
 LOSS_NAMES = ("lane_cls", "lane_points", "lane_visibility", "lane_mask")
 LINE_IOU_LOSS = "lane_line_iou"  # on only when loss_weights.lane_line_iou > 0 (LaneTask.build_criterion)
@@ -102,22 +101,19 @@ class LaneMatcher(nn.Module):
                 targets: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """logits [B,Q,C], points [B,Q,P]; targets[i]: labels [M], points [M,P], visible [M,P].
 
-        Returns per image (query indices, target indices), int64 [min(Q, M_i)].
+        Returns per image (query indices, target indices), int64 [min(Q, M_i)] on the logits' device.
         """
-        empty = torch.empty(0, dtype=torch.int64)
-        matches = []
+        blocks = []
         for i, target in enumerate(targets):
             if len(target["labels"]) == 0:
-                matches.append((empty, empty))
+                blocks.append(logits.new_zeros(logits.shape[1], 0))
                 continue
             cost_class = focal_class_cost(logits[i].float().sigmoid(), target["labels"], self.alpha, self.gamma)
             visible = target["visible"].float()  # (M, P)
             distance = (points[i].float()[:, None] - target["points"][None]).abs()  # (Q, M, P)
             cost_points = (distance * visible).sum(-1) / visible.sum(-1).clamp(min=1)
-            cost = self.cost_class * cost_class + self.cost_points * cost_points
-            rows, cols = linear_sum_assignment(cost.cpu().numpy())
-            matches.append((torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
-        return matches
+            blocks.append(self.cost_class * cost_class + self.cost_points * cost_points)
+        return solve_assignments(blocks, logits.device)
 
 
 class LaneCriterion(SetCriterion):

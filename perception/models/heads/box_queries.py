@@ -41,6 +41,7 @@ class BoxQueryHead(QueryDecoderHead):
                          cross_attention=cross_attention)
         self.denoising = DenoisingQueries(num_classes, dim, denoising_queries, denoising_box_noise,
                                           denoising_label_noise) if denoising_queries > 0 else None
+        self.register_buffer("sample_offsets", BOX_SAMPLE_OFFSETS.clone(), persistent=False)  # (9, 2), on the device
         self.enc_box = MLP(dim, dim, 4, 3)
         self.query_pos = MLP(dim, dim, dim, 2)
         self.box_heads = nn.ModuleList(MLP(dim, dim, 4, 3) for _ in range(num_layers))
@@ -59,7 +60,7 @@ class BoxQueryHead(QueryDecoderHead):
         return self.query_pos(box_sine_encoding(reference, self.dim))
 
     def sample_points(self, reference: torch.Tensor) -> torch.Tensor:
-        return box_sample_points(reference)
+        return box_sample_points(reference, self.sample_offsets)
 
     def attention_box(self, reference: torch.Tensor) -> torch.Tensor:
         return reference  # (B, Q, 4) cxcywh: the query's own box

@@ -125,9 +125,10 @@ class ReferenceSampler(nn.Module):
 BOX_SAMPLE_OFFSETS = torch.tensor([(dx, dy) for dy in (-0.25, 0.0, 0.25) for dx in (-0.25, 0.0, 0.25)])
 
 
-def box_sample_points(boxes: torch.Tensor) -> torch.Tensor:
-    """boxes [B,Q,4] cxcywh in [0, 1] -> points [B,Q,9,2] (x, y) in [0, 1]."""
-    offsets = BOX_SAMPLE_OFFSETS.to(boxes.device, boxes.dtype)  # (9, 2)
+def box_sample_points(boxes: torch.Tensor, offsets: torch.Tensor = BOX_SAMPLE_OFFSETS) -> torch.Tensor:
+    """boxes [B,Q,4] cxcywh in [0, 1] -> points [B,Q,9,2] (x, y) in [0, 1]. ``offsets`` [9,2]: pass a copy on
+    the boxes' device (a module buffer): a host-to-device copy inside the forward breaks CUDA-graph capture."""
+    offsets = offsets.to(boxes.device, boxes.dtype)  # (9, 2)
     return boxes[..., None, :2] + offsets * boxes[..., None, 2:]
 
 
