@@ -1,10 +1,11 @@
-"""Hungarian matcher: batched equals per-image, empty targets, permutation invariance."""
+"""Hungarian matcher: batched equals per-image, empty targets, permutation invariance; the host assignment."""
 
 from __future__ import annotations
 
 import torch
+from scipy.optimize import linear_sum_assignment
 
-from perception.losses.matcher import HungarianMatcher
+from perception.losses.matcher import HungarianMatcher, solve_assignments
 
 
 def _targets(sizes, generator):
@@ -57,3 +58,18 @@ def test_exact_predictions_are_matched_to_their_targets():
     logits[0, slots, targets[0]["labels"]] = 5.0
     (rows, cols), = HungarianMatcher()(logits, boxes, targets)
     assert torch.equal(slots[cols], rows)
+
+
+def test_solve_assignments_solves_each_image_with_one_copy_each_way():
+    """All images' costs go to the host at once; each image's assignment is scipy's on its own block, images
+    without targets get empty indices, and the indices come back on the given device."""
+    torch.manual_seed(0)
+    blocks = [torch.rand(6, 3), torch.rand(6, 0), torch.rand(6, 6), torch.rand(6, 1)]
+    pairs = solve_assignments(blocks, torch.device("cpu"))
+    for block, (queries, targets) in zip(blocks, pairs):
+        assert queries.dtype == targets.dtype == torch.int64 and len(queries) == min(block.shape)
+        if block.numel():
+            rows, cols = linear_sum_assignment(block.numpy())
+            assert queries.tolist() == rows.tolist() and targets.tolist() == cols.tolist()
+    empty = solve_assignments([torch.rand(4, 0)] * 2, torch.device("cpu"))
+    assert all(len(q) == len(t) == 0 for q, t in empty)
