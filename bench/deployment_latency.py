@@ -4,6 +4,7 @@
     python bench/deployment_latency.py                                   # deployment Swin, 6 cameras
     python bench/deployment_latency.py --config configs/swin_t_nuscenes_bdd100k.py --batch 6
     python bench/deployment_latency.py --batch 1 --threads 2 --int8      # + INT8 (Q/DQ) and the YOLOP graph
+    python bench/deployment_latency.py --batch 1 --threads 2 --isolated 8   # + each graph in its own processes
     python bench/deployment_latency.py --batch 1 --threads 2 --cfg-options model.backbone.window_size=8   # a variant
 
 In one run: an fp32 2048^3 matmul probe (this machine's practical FLOP/s), the network's GFLOPs
@@ -18,6 +19,13 @@ images: latency does not depend on the calibration) to the interleaved runs. At 
 YOLOP peer graph is present (``--yolop``, default ../shared/peers/yolop-384x640.onnx: same 384x640
 input, three 2D tasks, random weights), it is timed in the same loop and the ratios ours / YOLOP
 are printed (issue targets: fp32 <= 0.8, INT8 <= 0.5 of YOLOP fp32).
+
+``--isolated ROUNDS`` times each graph again in processes of its own: every round starts one fresh process
+per graph, in turn, that times ``--runs`` calls after its warm-up and reports its median; the ratio to
+YOLOP is the median over rounds of each round's ratio. In the shared loop above, each runtime's idle
+threads keep spinning while the next one runs, and on a 2-core machine that slowed whichever graph came
+next (2026-12-04: ours / YOLOP 0.74 in the loop, 1.00 in separate processes): the isolated ratio is the
+one the targets are counted on.
 """
 
 from __future__ import annotations
@@ -113,6 +121,21 @@ def child_main(args) -> int:
         with torch.no_grad():
             for _ in range(3):
                 model(images)
+    elif args.child == "time":  # one graph alone in this process: the median of --runs calls after warm-up
+        import numpy as np
+
+        session = _session(args.model, args.threads)
+        graph_input = session.get_inputs()[0]
+        feed = {graph_input.name: np.random.default_rng(0).standard_normal(graph_input.shape).astype(np.float32)}
+        for _ in range(args.warmup):
+            session.run(None, feed)
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            session.run(None, feed)
+            times.append(time.perf_counter() - start)
+        print(json.dumps({"p50_s": statistics.median(times)}))
+        return 0
     else:
         import numpy as np
 
@@ -134,15 +157,26 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _child(args, job: str, model_path: str) -> float:
+def _child(args, job: str, model_path: str, key: str = "peak_rss_mb") -> float:
     command = [sys.executable, os.path.abspath(__file__), "--child", job, "--config", args.config, "--checkpoint",
-               args.checkpoint, "--batch", str(args.batch), "--threads", str(args.threads), "--model", model_path]
+               args.checkpoint, "--batch", str(args.batch), "--threads", str(args.threads), "--model", model_path,
+               "--runs", str(args.runs), "--warmup", str(args.warmup)]
     if args.cfg_options:
         command += ["--cfg-options", *args.cfg_options]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{job} job failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+    return json.loads(result.stdout.strip().splitlines()[-1])[key]
+
+
+def isolated_medians(args, graphs: dict[str, str], rounds: int) -> dict[str, list[float]]:
+    """{name: [median seconds per call, one per round]}: each graph timed in a fresh process of its own, the
+    graphs in turn within a round (a drift of the machine between rounds cancels in each round's ratio)."""
+    medians: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, path in graphs.items():
+            medians[name].append(_child(args, "time", path, key="p50_s"))
+    return medians
 
 
 def _operator_profile(path: str, feed: dict, threads: int, runs: int = 3) -> list[tuple[str, float]]:
@@ -211,6 +245,11 @@ def main(args) -> int:
                     session.run(None, session_feed)
                     times[name].append(time.perf_counter() - start)
         profile = _operator_profile(path, feed, args.threads)
+        isolated = {}
+        if args.isolated:
+            graphs = {"ONNX Runtime": path, **({"ONNX Runtime INT8": int8_path} if args.int8 else {}),
+                      **({"YOLOP (peer)": yolop} if yolop else {})}
+            isolated = isolated_medians(args, graphs, args.isolated)
     probe_after = matmul_probe_gflops()  # the machine's state drifts: probe before and after, use the mean
     probe_before, probe = probe, (probe + probe_after) / 2
 
@@ -240,6 +279,18 @@ def main(args) -> int:
         if "ONNX Runtime INT8" in p50:
             print(f"ours INT8 / YOLOP fp32 (p50): {p50['ONNX Runtime INT8'] / p50['YOLOP (peer)']:.2f} "
                   "(target <= 0.5)")
+    if isolated:
+        print(f"each graph in its own process ({args.isolated} rounds x {args.runs} calls; median over rounds of "
+              "each process's median):")
+        for name, values in isolated.items():
+            print(f"  {name:<20}{statistics.median(values) * 1e3:>10.1f} ms  (rounds: "
+                  f"{', '.join(f'{v * 1e3:.0f}' for v in values)})")
+        if "YOLOP (peer)" in isolated:
+            for name in [n for n in isolated if n != "YOLOP (peer)"]:
+                ratios = [a / b for a, b in zip(isolated[name], isolated["YOLOP (peer)"])]
+                target = "0.5" if "INT8" in name else "0.8"
+                print(f"  {name} / YOLOP fp32, isolated: median {statistics.median(ratios):.2f} (rounds "
+                      f"{min(ratios):.2f}-{max(ratios):.2f}; target <= {target}): the figure the targets count")
     print(f"export (tools/export_onnx.py incl. checks): {export_seconds:.1f} s, peak RSS {export_peak:.0f} MB")
     print("ONNX Runtime kernel time by operator: " + ", ".join(f"{op} {share:.0%}" for op, share in profile[:10]))
     matmul_share = sum(share for op, share in profile if "MatMul" in op or "Gemm" in op or op == "Conv")
@@ -262,7 +313,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--int8", action="store_true", help="also time the Q/DQ INT8 graph")
     parser.add_argument("--yolop", default=DEFAULT_YOLOP, help="peer graph timed alongside at batch 1 (if present)")
-    parser.add_argument("--child", choices=["export", "eager", "onnx"], help=argparse.SUPPRESS)
+    parser.add_argument("--isolated", type=int, default=0, metavar="ROUNDS",
+                        help="also time each graph in processes of its own, ROUNDS rounds (the fair peer ratio)")
+    parser.add_argument("--child", choices=["export", "eager", "onnx", "time"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     return parser
 

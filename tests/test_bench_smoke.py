@@ -51,9 +51,10 @@ def test_forecast_latency_smoke():
 @pytest.mark.onnx
 def test_deployment_latency_smoke():
     out = run_bench("bench/deployment_latency.py", "--config", "configs/demo_synthetic.py", "--batch", "1", "--runs",
-                    "1", "--warmup", "0", "--threads", "2", "--yolop", "",
+                    "1", "--warmup", "0", "--threads", "2", "--yolop", "", "--isolated", "1",
                     "--cfg-options", "model.heads.lanes.num_layers=1")  # a variant: the options reach every job
     assert "ms" in out and "ONNX Runtime / eager" in out and "options model.heads.lanes.num_layers=1" in out
+    assert "each graph in its own process" in out
 
 
 # The script's other modes run in the extended tier (CI, after `make test`): the same script, so a smoke run
