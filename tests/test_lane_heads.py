@@ -65,3 +65,28 @@ def test_lane_targets_drop_lanes_crossing_too_few_rows():
     assert encoded["labels"].tolist() == [0]  # the near-horizontal one crosses at most one row
     assert encoded["points"].shape == (1, 24) and bool(encoded["visible"].all())
     assert encoded["points"][0, -1].item() == pytest.approx((10 + 190 * (224 - 219.33) / 224) / 448, abs=1e-3)
+
+
+def test_lane_targets_and_masks_of_a_batch_equal_those_of_each_image_alone():
+    """The lane criterion brings a batch's polylines, labels and encoded lanes to the host in one copy each
+    (a copy per image waits for the accelerator each time): the results must be each image's own, whether
+    the polylines are tensors (moved with the batch) or arrays, including an image without lanes."""
+    from perception.losses.lane_loss import lane_masks
+
+    generator = torch.Generator().manual_seed(0)
+    per_image = []
+    for count in (3, 0, 2):
+        polylines = [torch.stack([torch.rand(4, generator=generator) * 448,
+                                  torch.linspace(223.0, 80.0, 4)], dim=1) for _ in range(count)]
+        per_image.append({"polylines": polylines, "labels": torch.randint(0, 2, (count,), generator=generator)})
+    batch = LaneCriterion.encode_targets(per_image, (224, 448), 24, "cpu")
+    as_arrays = [{"polylines": [p.numpy() for p in t["polylines"]], "labels": t["labels"]} for t in per_image]
+    for encoded in (batch, LaneCriterion.encode_targets(as_arrays, (224, 448), 24, "cpu")):
+        for i, target in enumerate(per_image):
+            alone, = LaneCriterion.encode_targets([target], (224, 448), 24, "cpu")
+            assert all(torch.equal(encoded[i][key], alone[key]) for key in alone)
+    assert [len(t["labels"]) for t in batch] == [3, 0, 2]
+    masks = lane_masks(batch, 56, 112, "cpu")
+    assert masks[1].sum() == 0 and masks[0].sum() > 0
+    for i in range(3):
+        assert torch.equal(masks[i:i + 1], lane_masks(batch[i:i + 1], 56, 112, "cpu"))

@@ -72,20 +72,27 @@ def atss_assign(anchors: torch.Tensor, sizes: list[int], gt_boxes: torch.Tensor,
     return assigned, best
 
 
-@torch.no_grad()
-def lane_candidates(anchors: torch.Tensor, sizes: list[int], gt_points: torch.Tensor, gt_visible: torch.Tensor,
-                    radius: float = 1.5) -> torch.Tensor:
-    """[N,M] bool: token n lies within ``radius`` cells of lane m, on an anchor row the lane crosses (anchors
-    [N,4] cxcywh normalised, cell size from the level: w = 1 / level width; gt_points [M,P], gt_visible [M,P])."""
-    num_rows = gt_points.shape[1]
-    # The anchor row nearest to each token's centre, and the token's cell width per level.
-    row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,)
-    cell = torch.cat([torch.full((s,), 1.0, device=anchors.device) for s in sizes])
+def token_cell_widths(anchors: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """[N] each token's cell width (normalised: 1 / its level's width) of anchors [N,4] laid out level by level.
+    The same for every image of a batch: compute it once per batch (``unique`` waits for the device)."""
+    cell = torch.ones(anchors.shape[0], device=anchors.device)
     start = 0
     for size in sizes:
         ys = anchors[start:start + size, 1].unique()
         cell[start:start + size] = 1.0 / max(size // len(ys), 1)
         start += size
+    return cell
+
+
+@torch.no_grad()
+def lane_candidates(anchors: torch.Tensor, sizes: list[int], gt_points: torch.Tensor, gt_visible: torch.Tensor,
+                    radius: float = 1.5, cell: torch.Tensor | None = None) -> torch.Tensor:
+    """[N,M] bool: token n lies within ``radius`` cells of lane m, on an anchor row the lane crosses (anchors
+    [N,4] cxcywh normalised, cell size from the level: w = 1 / level width; gt_points [M,P], gt_visible [M,P];
+    ``cell``: token_cell_widths when the caller has them)."""
+    num_rows = gt_points.shape[1]
+    row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,): the anchor row nearest each token
+    cell = token_cell_widths(anchors, sizes) if cell is None else cell
     lane_x = gt_points[:, row].T  # (N, M)
     on_row = gt_visible[:, row].T  # (N, M)
     return on_row & ((anchors[:, :1] - lane_x).abs() <= radius * cell[:, None])
@@ -112,8 +119,8 @@ def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor
     cost = (fit * visible).sum(-1) / visible.sum(-1).clamp(min=1)  # (N, M)
     cost = torch.where(near, cost, torch.full_like(cost, float("inf")))
     claim = torch.full((n, m), float("inf"), device=anchors.device)
-    for j in range(m):
-        count = int(near[:, j].sum())
+    counts = near.sum(0).tolist()  # (M,): one read on the host for all lanes, not one per lane
+    for j, count in enumerate(counts):
         if count == 0:
             continue
         top = cost[:, j].topk(min(k, count), largest=False).indices

@@ -18,7 +18,7 @@ from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
-from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes
+from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes, token_cell_widths
 from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost, solve_assignments
 
@@ -68,9 +68,15 @@ def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Te
     """Encoded lanes (x at the anchor rows, normalised; visible rows) -> float [B,1,h,w]: each lane
     drawn through its visible rows, ``MASK_LINE_WIDTH`` cells wide."""
     masks = np.zeros((len(targets), 1, height, width), np.uint8)
-    for i, target in enumerate(targets):
-        points, visible = target["points"].cpu().numpy(), target["visible"].cpu().numpy()
-        rows = anchor_rows(points.shape[1], height)  # (P,) in mask cells
+    if not targets:
+        return torch.from_numpy(masks).to(device=device, dtype=torch.float32)
+    # The whole batch's lanes in one copy to the host (a copy per image waits for the device each time).
+    counts = [len(target["points"]) for target in targets]
+    all_points = torch.cat([target["points"] for target in targets]).cpu().numpy()  # (sum M, P)
+    all_visible = torch.cat([target["visible"] for target in targets]).cpu().numpy()
+    rows = anchor_rows(all_points.shape[1], height)  # (P,) in mask cells
+    for i, start in enumerate(np.cumsum([0] + counts[:-1])):
+        points, visible = all_points[start:start + counts[i]], all_visible[start:start + counts[i]]
         for xs, seen in zip(points, visible):
             if seen.sum() < 2:
                 continue
@@ -87,6 +93,21 @@ def lane_mask_loss(logits: torch.Tensor, targets: list[dict]) -> torch.Tensor:
     bce = F.binary_cross_entropy_with_logits(logits.float(), truth)
     dice = soft_dice_loss(logits.float().sigmoid(), truth, dims=tuple(range(truth.dim())))  # over the batch
     return bce + dice
+
+
+def host_polylines(per_image: list[dict]) -> tuple[list[list[np.ndarray]], list[list[int]]]:
+    """Each image's lane polylines [K,2] as host arrays and its labels as ints. Polylines and labels that
+    Lightning moved to the accelerator with the batch come back in one copy each for the whole batch."""
+    lanes = [polyline for t in per_image for polyline in t["polylines"]]
+    labels = [t["labels"] for t in per_image]
+    counts = [len(t["polylines"]) for t in per_image]
+    if lanes and all(torch.is_tensor(polyline) for polyline in lanes):
+        lanes = [chunk.numpy() for chunk in torch.cat(lanes).cpu().split([len(p) for p in lanes])]
+    else:
+        lanes = [np.asarray(polyline) for polyline in lanes]
+    flat_labels = torch.cat([torch.as_tensor(label).reshape(-1) for label in labels]).tolist() if labels else []
+    starts = np.cumsum([0] + counts[:-1])
+    return ([lanes[s:s + c] for s, c in zip(starts, counts)], [flat_labels[s:s + c] for s, c in zip(starts, counts)])
 
 
 class LaneMatcher(nn.Module):
@@ -148,7 +169,9 @@ class LaneCriterion(SetCriterion):
         tokens near a lane propose (the assignment compares their proposals; every positive is one of them)."""
         anchors = pred["anchors"][0]  # (N, 4)
         sizes = level_sizes(anchors)
-        candidates = [lane_candidates(anchors, sizes, t["points"], t["visible"]) for t in targets]  # (N, M) each
+        cell = token_cell_widths(anchors, sizes)  # (N,): once for the batch
+        candidates = [lane_candidates(anchors, sizes, t["points"], t["visible"], cell=cell)
+                      for t in targets]  # (N, M) each
         near = torch.stack([c.any(1) for c in candidates])  # (B, N): near any lane of the image
         near_b, near_n = torch.nonzero(near, as_tuple=True)
         near_points = propose(pred["features"][near_b, near_n][None], anchors[near_n][None])[0]  # (K, P)
@@ -174,13 +197,12 @@ class LaneCriterion(SetCriterion):
         """Polylines (input px) -> labels [M], x at the rows [M,P] (normalised), visible [M,P]."""
         height, width = input_size
         rows = anchor_rows(num_points, height)
+        polylines, labels_of = host_polylines(per_image)
         encoded = []
-        for t in per_image:
+        for lanes, image_labels in zip(polylines, labels_of):
             xs, visible, labels = [], [], []
-            for polyline, label in zip(t["polylines"], t["labels"].tolist()):
-                if torch.is_tensor(polyline):  # moved to the accelerator with the batch
-                    polyline = polyline.cpu()
-                x, v = encode_lane(np.asarray(polyline), rows, width)
+            for polyline, label in zip(lanes, image_labels):
+                x, v = encode_lane(polyline, rows, width)
                 if v.sum() >= MIN_VISIBLE_ROWS:
                     xs.append(x / width)
                     visible.append(v)
