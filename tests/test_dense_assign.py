@@ -167,3 +167,20 @@ def test_the_dense_lane_loss_proposes_for_the_tokens_near_a_lane_and_equals_the_
     weight = head.enc_points.layers[0].weight
     grad, = torch.autograd.grad(losses["lane_points"], weight, retain_graph=True)
     torch.testing.assert_close(grad, torch.autograd.grad(reference, weight)[0], rtol=1e-4, atol=1e-7)
+
+
+def test_best_of_each_equals_the_per_object_argmax_with_its_first_maximum_on_ties():
+    """best_of_each is vectorised over images and objects; it must pick what a loop over objects with
+    ``argmax`` picks (the first maximal token), ties, objects without positives and empty images included."""
+    generator = torch.Generator().manual_seed(0)
+    assigned = torch.randint(-1, 5, (4, 40), generator=generator)
+    assigned[2] = -1  # an image without positives
+    assigned[assigned == 3] = -1  # an object index nobody holds
+    quality = torch.randint(0, 3, (4, 40), generator=generator).float()  # many ties
+    expected = torch.zeros_like(assigned, dtype=torch.bool)
+    for b in range(4):
+        for j in assigned[b][assigned[b] >= 0].unique().tolist():
+            tokens = torch.nonzero(assigned[b] == j).flatten()
+            expected[b, tokens[quality[b, tokens].argmax()]] = True
+    assert torch.equal(best_of_each(assigned, quality), expected)
+    assert not best_of_each(torch.full((2, 5), -1), torch.zeros(2, 5)).any()

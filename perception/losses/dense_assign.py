@@ -138,9 +138,21 @@ def best_of_each(assigned: torch.Tensor, quality: torch.Tensor) -> torch.Tensor:
     the top-k tokens by class score, and several positives per object fill the k queries with
     duplicates of the same object.
     """
+    # Vectorised over images and objects (a loop per object waits for the device once per object): each
+    # (image, object) pair's highest quality, then the lowest token index reaching it (argmax's first maximum).
+    batch, tokens = assigned.shape
     best = torch.zeros_like(assigned, dtype=torch.bool)
-    for b in range(assigned.shape[0]):
-        for j in assigned[b][assigned[b] >= 0].unique().tolist():
-            tokens = torch.nonzero(assigned[b] == j).flatten()
-            best[b, tokens[quality[b, tokens].argmax()]] = True
+    image, token = torch.nonzero(assigned >= 0, as_tuple=True)  # the positives
+    if len(token) == 0:
+        return best
+    width = int(assigned.max()) + 1  # objects per image, at most
+    key = image * width + assigned[image, token]  # one key per (image, object)
+    score = quality[image, token]
+    top = torch.full((batch * width,), float("-inf"), dtype=score.dtype, device=score.device)
+    top = top.scatter_reduce(0, key, score, "amax")
+    reaching = score == top[key]
+    first = torch.full((batch * width,), tokens, dtype=token.dtype, device=token.device)
+    first = first.scatter_reduce(0, key[reaching], token[reaching], "amin")
+    chosen = first < tokens  # the keys that had positives
+    best[torch.arange(batch * width, device=key.device)[chosen] // width, first[chosen]] = True
     return best
