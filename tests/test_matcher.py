@@ -73,3 +73,4 @@ def test_solve_assignments_solves_each_image_with_one_copy_each_way():
             assert queries.tolist() == rows.tolist() and targets.tolist() == cols.tolist()
     empty = solve_assignments([torch.rand(4, 0)] * 2, torch.device("cpu"))
     assert all(len(q) == len(t) == 0 for q, t in empty)
+    assert solve_assignments([], torch.device("cpu")) == []  # a batch without a labelled image

@@ -23,6 +23,8 @@ def solve_assignments(blocks: list[torch.Tensor], device: torch.device) -> list[
 
     All costs go to the host in one copy and all indices come back in one: a copy per image would make the
     GPU drain its queue once per image (and the indices must live beside the outputs they index)."""
+    if not blocks:
+        return []
     host = torch.cat([block.reshape(-1).float() for block in blocks]).cpu().numpy()
     rows, cols, sizes, offset = [], [], [], 0
     for block in blocks:
