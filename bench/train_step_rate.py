@@ -98,53 +98,59 @@ def step_breakdown(model, criteria, images, steps: int, warmup: int, device: str
     batch, _, height, width = images.shape
     targets = random_targets(batch, height, width, device)
     matching: dict[str, float] = {}
+    hooks = []
 
     def time_matcher(task: str, module) -> None:  # hooks: the matcher's own time, synced at both ends
+        started = []
+
         def before(*_):
             _sync(device)
-            module._started = time.perf_counter()
+            started.append(time.perf_counter())
 
         def after(*_):
             _sync(device)
-            matching[task] = matching.get(task, 0.0) + time.perf_counter() - module._started
+            matching[task] = matching.get(task, 0.0) + time.perf_counter() - started.pop()
 
-        module.register_forward_pre_hook(before)
-        module.register_forward_hook(after)
+        hooks.extend([module.register_forward_pre_hook(before), module.register_forward_hook(after)])
 
     for task, criterion in criteria.items():
         for module in criterion.modules():
             if type(module).__name__.endswith("Matcher"):
                 time_matcher(task, module)
     parts: dict[str, list[float]] = {}
-    for step in range(warmup + steps):
-        matching.clear()
-        times: dict[str, float] = {}
-        _sync(device)
-        start = time.perf_counter()
-        with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
-            outputs = model(images)
+    try:
+        for step in range(warmup + steps):
+            matching.clear()
+            times: dict[str, float] = {}
             _sync(device)
-            times["forward"] = time.perf_counter() - start
-            losses = {}
-            for task in criteria:
-                begin = time.perf_counter()
-                losses.update(task_losses({task: criteria[task]}, outputs, targets, model.heads))
+            start = time.perf_counter()
+            with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
+                outputs = model(images)
                 _sync(device)
-                times[f"loss {task}"] = time.perf_counter() - begin
-        begin = time.perf_counter()
-        sum(losses.values()).backward()
-        _sync(device)
-        times["backward"] = time.perf_counter() - begin
-        begin = time.perf_counter()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        times["optimizer"] = time.perf_counter() - begin
-        times["step"] = time.perf_counter() - start
-        times.update({f"match {task}": seconds for task, seconds in matching.items()})
-        if step >= warmup:
-            for name, seconds in times.items():
-                parts.setdefault(name, []).append(seconds * 1e3)
+                times["forward"] = time.perf_counter() - start
+                losses = {}
+                for task in criteria:
+                    begin = time.perf_counter()
+                    losses.update(task_losses({task: criteria[task]}, outputs, targets, model.heads))
+                    _sync(device)
+                    times[f"loss {task}"] = time.perf_counter() - begin
+            begin = time.perf_counter()
+            sum(losses.values()).backward()
+            _sync(device)
+            times["backward"] = time.perf_counter() - begin
+            begin = time.perf_counter()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            _sync(device)
+            times["optimizer"] = time.perf_counter() - begin
+            times["step"] = time.perf_counter() - start
+            times.update({f"match {task}": seconds for task, seconds in matching.items()})
+            if step >= warmup:
+                for name, seconds in times.items():
+                    parts.setdefault(name, []).append(seconds * 1e3)
+    finally:  # the hooks' syncs must not reach the runs and profiles that follow on the same criteria
+        for hook in hooks:
+            hook.remove()
     return {name: statistics.median(values) for name, values in parts.items()}
 
 
