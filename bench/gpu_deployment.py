@@ -51,30 +51,6 @@ def _timed(fn, runs: int, warmup: int) -> tuple[float, float]:
     return times[len(times) // 2], times[int(0.9 * (len(times) - 1))]
 
 
-def cuda_graph(model, example: torch.Tensor):
-    """(replay(images) -> outputs, capture seconds): ``model`` captured once on ``example``'s shape; replay copies
-    the images into the captured input and returns the captured outputs (overwritten by the next replay)."""
-    start = time.perf_counter()
-    static_input = example.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
-        for _ in range(3):
-            model(static_input)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_outputs = model(static_input)
-    torch.cuda.synchronize()
-
-    def replay(images: torch.Tensor) -> dict:
-        static_input.copy_(images)
-        graph.replay()
-        return static_outputs
-
-    return replay, time.perf_counter() - start
-
-
 def agreement(reference: dict, outputs: dict) -> str:
     """Drivable logits' max |difference| and, per query head, the share of reference queries found again
     (query_agreement: top-k near-ties may order the queries differently)."""
@@ -130,7 +106,11 @@ def inference(config: str, images: torch.Tensor, runs: int, weights: str | None 
     print(f"  fp16 (half)      p50 {p50 * 1e3:7.2f} ms  p90 {p90 * 1e3:7.2f} ms")
     outputs = model(half)
     try:
-        replay, capture = cuda_graph(model, half)
+        from perception.inference.cuda_graph import capture_cuda_graph
+
+        start = time.perf_counter()
+        replay = capture_cuda_graph(model, half)
+        capture = time.perf_counter() - start
         p50, p90 = _timed(lambda: replay(half), runs, 5)
         print(f"  fp16 CUDA graph  p50 {p50 * 1e3:7.2f} ms  p90 {p90 * 1e3:7.2f} ms  (capture {capture:.1f} s)")
         print(f"    against eager fp16: {agreement(outputs, replay(half))}")

@@ -18,6 +18,7 @@ from mmengine.config import Config
 from perception.build import build_datamodule
 from perception.config import parse_config
 from perception.data.camera_dataset import collate_camera_batch, to_model_input
+from perception.inference.cuda_graph import capture_cuda_graph
 from perception.tasks import CAMERA_TASKS
 from perception.training.assembly import build_system
 
@@ -51,15 +52,6 @@ def test_four_task_training_step_in_bf16_and_fp16_inference_on_cuda(small_datase
         outputs = model(to_model_input(batch["images"]).half())
     assert all(v.dtype == torch.float16 and torch.isfinite(v).all() for v in outputs.values())
     images = to_model_input(batch["images"]).half()
-    graph, static_input = torch.cuda.CUDAGraph(), images.clone()
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            model(static_input)
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(graph):
-            replayed = model(static_input)
-        graph.replay()
-        torch.cuda.synchronize()
+    replayed = capture_cuda_graph(model, images)(images)
+    torch.cuda.synchronize()
     assert all(torch.equal(replayed[k], v) for k, v in outputs.items())
