@@ -55,3 +55,18 @@ def test_four_task_training_step_in_bf16_and_fp16_inference_on_cuda(small_datase
     replayed = capture_cuda_graph(model, images)(images)
     torch.cuda.synchronize()
     assert all(torch.equal(replayed[k], v) for k, v in outputs.items())
+
+
+def test_evaluation_of_a_model_on_cuda_matches_the_cpu(small_dataset, bdd_dataset, tmp_path):
+    """Held-out scoring during a GPU training run hands evaluate() the model on the GPU while the loader's
+    batches are on the host (it crashed on the first GPU training run); the scores must be the CPU's."""
+    from perception.evaluation.evaluate import evaluate
+
+    cfg = parse_config(experiment_dict(small_dataset, bdd100k=dict(data_root=bdd_dataset),
+                                       model=dict(TINY_MODEL, heads=ALL_HEADS), loss_weights=ALL_LOSS_WEIGHTS))
+    torch.manual_seed(0)
+    model = build_system(cfg).model.eval()
+    on_cpu = evaluate(cfg, None, str(tmp_path / "cpu"), predictor=model, num_workers=0)
+    on_cuda = evaluate(cfg, None, str(tmp_path / "cuda"), predictor=model.cuda(), num_workers=0)
+    assert set(on_cuda) == set(on_cpu) and "drivable/IoU" in on_cuda
+    assert abs(on_cuda["drivable/IoU"] - on_cpu["drivable/IoU"]) < 0.01

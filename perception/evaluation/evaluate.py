@@ -25,7 +25,7 @@ from perception.config import ExperimentConfig
 from perception.core.progress import progress
 from perception.data.camera_dataset import to_model_input
 from perception.data.sampling import ResumableSampler
-from perception.inference.predictors import TorchPredictor
+from perception.inference.predictors import ModulePredictor, TorchPredictor
 from perception.tasks import ScoringContext
 
 
@@ -48,6 +48,8 @@ def evaluate(cfg: ExperimentConfig, checkpoint_path: str, work_dir: str, split: 
     rank, world = distributed_rank_and_world()
     if predictor is None:
         predictor = TorchPredictor(cfg, checkpoint_path)
+    elif isinstance(predictor, torch.nn.Module):  # a model in training, on whatever device it trains on
+        predictor = ModulePredictor(predictor)
     datamodule = build_datamodule(cfg)
     sources = [datamodule.dataset("val", split=split)]
     if cfg.bdd100k is not None and any("bdd100k" in task.labelled_datasets for task in cfg.model.heads.enabled):

@@ -66,18 +66,31 @@ class OnnxPredictor:
                 enumerate(self.output_names)}
 
 
-class TorchPredictor:
-    """A trained checkpoint in eval mode behind the same interface as OnnxPredictor."""
+class ModulePredictor:
+    """A PyTorch camera model on any device behind the same interface as OnnxPredictor: the images go to
+    the model's device and the outputs come back to the host, where post-processing and scoring run.
+    Evaluation during a GPU training run (held-out scoring) and ``tools/test.py`` on a GPU both go
+    through it; on the CPU both copies are no-ops."""
 
-    def __init__(self, cfg, checkpoint: str):
-        from perception.build import build_model
-        from perception.core.checkpoint import load_model_weights
-
-        self.model = build_model(cfg.model, tuple(cfg.input_size))
-        load_model_weights(self.model, checkpoint)
-        self.model.eval()
-        self.input_size = tuple(cfg.input_size)
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.model(images)
+        device = next(self.model.parameters()).device
+        outputs = self.model(images.to(device, non_blocking=True))
+        return {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in outputs.items()}
+
+
+class TorchPredictor(ModulePredictor):
+    """A trained checkpoint in eval mode, on ``device`` (default: the GPU when there is one)."""
+
+    def __init__(self, cfg, checkpoint: str, device: str | torch.device | None = None):
+        from perception.build import build_model
+        from perception.core.checkpoint import load_model_weights
+
+        model = build_model(cfg.model, tuple(cfg.input_size))
+        load_model_weights(model, checkpoint)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        super().__init__(model.eval().to(device))
+        self.input_size = tuple(cfg.input_size)
