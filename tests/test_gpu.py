@@ -1,9 +1,12 @@
 """On a CUDA machine (`pytest -m gpu`): the four-task model trains in bf16 with the whole batch on the
-device (as Lightning moves it), with the test heads and with the demo config's heads and losses, and runs in
-fp16, also replayed from a CUDA graph. Found on an H200: the obstacle, light and lane criteria built CPU tensors
-next to device targets, the position encodings broke a half-precision model, the matchers' CPU indices met
-device indices in the one-to-many class loss (2026-12-04), and a host-to-device copy in the box heads broke
-CUDA-graph capture (tests/test_graph_capture.py checks that one on the CPU)."""
+device (as Lightning moves it), with the test heads and with the demo config's heads and losses, runs in
+fp16, also replayed from a CUDA graph, and is scored by evaluate() as on the CPU.
+
+Found on an H200: the obstacle, light and lane criteria built CPU tensors next to device targets, the position
+encodings broke a half-precision model, the matchers' CPU indices met device indices in the one-to-many class loss
+(2026-12-04), a host-to-device copy in the box heads broke CUDA-graph capture (tests/test_graph_capture.py checks
+that one on the CPU), and held-out scoring during a GPU training run handed host batches to the CUDA model
+(2026-12-04, evening)."""
 
 from __future__ import annotations
 
