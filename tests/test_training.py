@@ -45,6 +45,27 @@ def test_evaluation_writes_flat_metrics(trained, small_dataset):
     assert json.load(open(path))["drivable/IoU"] == pytest.approx(metrics["drivable/IoU"])
 
 
+def test_evaluation_on_a_named_device_and_bad_device_names(trained, small_dataset):
+    """tools/test.py --device: the model on that device scores as the default does; a name torch does not know,
+    or a GPU the machine lacks, is a clear error before anything loads."""
+    from perception.commands.test import _device
+    from perception.config import ConfigError
+    from perception.inference.predictors import TorchPredictor
+
+    work_dir, _ = trained
+    cfg = parse_config(experiment_dict(small_dataset))
+    checkpoint = os.path.join(work_dir, "checkpoints", "last.ckpt")
+    default = evaluate(cfg, checkpoint, os.path.join(work_dir, "eval_default"), num_workers=0)
+    on_cpu = evaluate(cfg, None, os.path.join(work_dir, "eval_cpu"), num_workers=0,
+                      predictor=TorchPredictor(cfg, checkpoint, device=_device("cpu")))
+    assert on_cpu["drivable/IoU"] == pytest.approx(default["drivable/IoU"], abs=1e-6)
+    with pytest.raises(ConfigError, match="'gpu' is not a device torch knows"):
+        _device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA device; use --device cpu"):
+            _device("cuda:1")
+
+
 def test_checkpoint_that_does_not_fit_the_config_is_a_clear_error(trained, small_dataset):
     work_dir, _ = trained
     cfg = parse_config(experiment_dict(small_dataset, model=dict(

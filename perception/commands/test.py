@@ -49,6 +49,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("checkpoint", nargs="?", help="training checkpoint (not needed with --onnx)")
     parser.add_argument("--onnx", help="evaluate this exported camera model with ONNX Runtime instead")
     parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    parser.add_argument("--device", help="where the PyTorch model runs, e.g. cpu, cuda:1 (default: this process's GPU "
+                                         "when there is one, else the CPU)")
     parser.add_argument("--work-dir", help="where metrics.json goes (default: work_dirs/<config name>)")
     parser.add_argument("--split", help="split to evaluate (default: the config's val_split)")
     parser.add_argument("--batch-size", type=int)
@@ -59,6 +61,21 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="also write WORK_DIR/report/index.html: plots, AP by distance, best/worst frames drawn")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
     return parser
+
+
+def _device(name: str):
+    """--device as a torch.device; a name torch does not know, or a GPU this machine lacks, is a ConfigError."""
+    import torch
+
+    from perception.config import ConfigError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ConfigError(f"--device {name!r} is not a device torch knows ({error}); e.g. cpu, cuda, cuda:1") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: this machine has no CUDA device; use --device cpu")
+    return device
 
 
 def main(args: argparse.Namespace) -> int:
@@ -80,6 +97,12 @@ def main(args: argparse.Namespace) -> int:
                                       format_only=args.format_only, results_path=args.out)
         else:
             predictor = None
+            if args.onnx and args.device:
+                raise ConfigError("--device places the PyTorch model; ONNX Runtime runs on the CPU here")
+            if args.device:
+                from perception.inference.predictors import TorchPredictor
+
+                predictor = TorchPredictor(cfg, args.checkpoint, device=_device(args.device))
             if args.onnx:
                 from dataclasses import fields
 

@@ -82,8 +82,15 @@ class ModulePredictor:
         return {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in outputs.items()}
 
 
+def default_device() -> torch.device:
+    """This process's GPU when there is one (under torchrun, the one of its LOCAL_RANK), else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
 class TorchPredictor(ModulePredictor):
-    """A trained checkpoint in eval mode, on ``device`` (default: the GPU when there is one)."""
+    """A trained checkpoint in eval mode, on ``device`` (default: ``default_device()``)."""
 
     def __init__(self, cfg, checkpoint: str, device: str | torch.device | None = None):
         from perception.build import build_model
@@ -91,6 +98,5 @@ class TorchPredictor(ModulePredictor):
 
         model = build_model(cfg.model, tuple(cfg.input_size))
         load_model_weights(model, checkpoint)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        super().__init__(model.eval().to(device))
+        super().__init__(model.eval().to(device or default_device()))
         self.input_size = tuple(cfg.input_size)
