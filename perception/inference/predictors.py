@@ -69,8 +69,9 @@ class OnnxPredictor:
 class ModulePredictor:
     """A PyTorch camera model on any device behind the same interface as OnnxPredictor: the images go to
     the model's device and the outputs come back to the host, where post-processing and scoring run.
-    Evaluation during a GPU training run (held-out scoring) and ``tools/test.py`` on a GPU both go
-    through it; on the CPU both copies are no-ops."""
+    Evaluation during a GPU training run (held-out scoring, TensorBoard's drawn frames) and ``tools/test.py``
+    on a GPU all go through it; on the CPU both copies are no-ops. Floating outputs come back as float32 (a
+    half or bf16 model's too): host post-processing is written for float32."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -79,7 +80,7 @@ class ModulePredictor:
     def __call__(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         device = next(self.model.parameters()).device
         outputs = self.model(images.to(device, non_blocking=True))
-        return {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in outputs.items()}
+        return {name: (value.float() if value.is_floating_point() else value).cpu() for name, value in outputs.items()}
 
 
 def default_device() -> torch.device:

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from perception.inference.predictors import ModulePredictor
+
 LOGGER = logging.getLogger("perception.training")
 
 
@@ -49,13 +51,10 @@ class TensorBoardFrames(L.Callback):
             datamodule = trainer.datamodule
             self.frames = fixed_frames([datamodule.dataset("val"), datamodule.bdd100k_dataset("val")],
                                        self.frames_per_dataset)
-        model, device = pl_module.model, pl_module.device
+        model = pl_module.model
         was_training = model.training
         model.eval()
-
-        def predictor(images: torch.Tensor) -> dict:
-            return {k: v.float().cpu() for k, v in model(images.to(device)).items()}
-
+        predictor = ModulePredictor(model)
         try:
             with torch.no_grad():
                 for k, (dataset, index) in enumerate(self.frames):
