@@ -93,6 +93,8 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(cfg, MotionExperimentConfig):
             if args.onnx:
                 raise ConfigError("--onnx evaluates camera models; evaluate the forecaster from its checkpoint")
+            if args.device:
+                raise ConfigError("--device places camera models; the forecaster is evaluated on the CPU")
             metrics = evaluate_motion(cfg, args.checkpoint, work_dir, split=args.split, batch_size=args.batch_size,
                                       format_only=args.format_only, results_path=args.out)
         else:
