@@ -9,6 +9,12 @@ readable from the pixels at all.
    camera's x-z plane, the devkit's largest threshold). Printed: the mean / median error, the error with the
    true depth put on the predicted ray (what remains is direction) and with the predicted depth on the true ray
    (what remains is depth), the relative depth error, by range.
+   Beside the head's depth: the depth a level camera over flat ground reads from the row of the box's foot,
+   z = fy x camera height / (v_bottom - cy), from the detection's own 2D box and from the true 2D box (camera
+   height: the median over the split of the true boxes' bottom, y + h / 2 in the camera frame). The foot row is
+   the nearest ground point, not the centre, so each is also printed scaled by its best constant (fitted on the
+   same detections: a ceiling for a prior + one correction). Where even the true box's foot row is no better than
+   the head, a ground-plane depth prior cannot be a large gain.
 2. Heading. Classifiers over 8 heading bins (yaw_cam), trained on the training split's ground-truth boxes and
    scored on the held-out ones, read: the box alone (where it is, how big), a 5 x 7 grid of RGB samples over
    the box, or of the trained neck's stride-4 features. The RGB probe is a ceiling of sorts for what a head
@@ -53,6 +59,7 @@ def translation_rows(model, dataset, cfg, batch_size: int = 16) -> list[dict]:
     from perception.postprocess.obstacles import decode_image
 
     rows = []
+    bottoms = []  # true boxes' bottom y in the camera frame (camera height over flat ground)
     for start in range(0, len(dataset), batch_size):
         items = [dataset[i] for i in range(start, min(len(dataset), start + batch_size))]
         with torch.no_grad():
@@ -64,7 +71,10 @@ def translation_rows(model, dataset, cfg, batch_size: int = 16) -> list[dict]:
             intrinsics = target["intrinsics"].double().numpy()
             found = decode_image(outputs, index, intrinsics, tuple(cfg.input_size), score_threshold=SCORE_THRESHOLD,
                                  nms_iou=cfg.postprocess.obstacle_nms_iou)
+            box_rows = detection_boxes(outputs, index, cfg)[:, [1, 3]] * cfg.input_size[0]  # [N,2] (cy, h) input px
             centres, labels = target["center_cam"].double().numpy(), target["labels"].numpy()  # [M,3] camera frame
+            true_bottom = target["boxes_xyxy"].double().numpy()[:, 3]  # input px
+            bottoms.extend(centres[:, 1] + target["size_wlh"].double().numpy()[:, 2] / 2)
             free = np.ones(len(labels), dtype=bool)
             for k in np.argsort(-found.scores):
                 distance = np.hypot(centres[:, 0] - found.center_cam[k, 0], centres[:, 2] - found.center_cam[k, 2])
@@ -76,10 +86,29 @@ def translation_rows(model, dataset, cfg, batch_size: int = 16) -> list[dict]:
                 truth, predicted = centres[g], found.center_cam[k]
                 true_depth_on_predicted_ray = predicted / predicted[2] * truth[2]
                 predicted_depth_on_true_ray = truth / truth[2] * predicted[2]
-                rows.append(dict(z=truth[2], dz=predicted[2] - truth[2], error=distance[g],
+                rows.append(dict(z=truth[2], dz=predicted[2] - truth[2], error=distance[g], fy=intrinsics[1, 1],
+                                 foot_rows=(box_rows[k, 0] + box_rows[k, 1] / 2 - intrinsics[1, 2],
+                                            true_bottom[g] - intrinsics[1, 2]),
                                  error_direction=np.hypot(*(true_depth_on_predicted_ray - truth)[[0, 2]]),
                                  error_depth=np.hypot(*(predicted_depth_on_true_ray - truth)[[0, 2]])))
+    camera_height = float(np.median(bottoms)) if bottoms else float("nan")
+    for row in rows:  # depth of the foot row on flat ground, from the detection's box and from the true box
+        row["z_foot"], row["z_foot_true"] = (row["fy"] * camera_height / max(v, 1.0) for v in row.pop("foot_rows"))
+        row["camera_height"] = camera_height
     return rows
+
+
+def detection_boxes(outputs: dict, index: int, cfg) -> np.ndarray:
+    """[N,4] cxcywh in [0, 1] of the detections decode_image returns, in its order (top-k, then the NMS)."""
+    from torchvision.ops import batched_nms, box_convert
+
+    from perception.postprocess.top_k import top_k_detections
+
+    scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], 100, SCORE_THRESHOLD)
+    if cfg.postprocess.obstacle_nms_iou is not None and len(scores):
+        boxes = box_convert(outputs["obstacles.boxes"][index][queries].float(), "cxcywh", "xyxy")
+        queries = queries[batched_nms(boxes, scores, labels, cfg.postprocess.obstacle_nms_iou)]
+    return outputs["obstacles.boxes"][index][queries].float().numpy()
 
 
 def print_translation(rows: list[dict]) -> None:
@@ -96,6 +125,17 @@ def print_translation(rows: list[dict]) -> None:
         print(f"  {label:10s} n={len(sub):4d}  error {mean['error']:.2f} m  | true depth on predicted ray "
               f"{mean['error_direction']:.2f} m  | predicted depth on true ray {mean['error_depth']:.2f} m  | "
               f"median |dz|/z {relative:.3f}")
+    height = rows[0]["camera_height"]
+    print(f"  median |dz|/z of the depth read from the foot row on flat ground, camera {height:.2f} m "
+          "over it (raw / x the best constant):")
+    z = np.array([r["z"] for r in rows])
+    for key, name in (("z_foot", "the detection's 2D box"), ("z_foot_true", "the true 2D box")):
+        foot = np.array([r[key] for r in rows])
+        scaled = foot * float(np.median(z / foot))
+        print(f"    {name:22s} " + "  ".join(
+            f"{label} {np.median(np.abs(foot[m] - z[m]) / z[m]):.3f} / {np.median(np.abs(scaled[m] - z[m]) / z[m]):.3f}"
+            for label, m in (("all", z >= 0), ("z<10", z < 10), ("10-20", (z >= 10) & (z < 20)),
+                             ("20-30", (z >= 20) & (z < 30)), ("30+", z >= 30)) if m.any()))
 
 
 def box_grid(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:

@@ -97,6 +97,23 @@ def test_obstacle_error_smoke(small_dataset, bdd_dataset):
     assert "matched detections" in out and "rgb + box" in out and "neck + box" in out
 
 
+
+def test_obstacle_error_foot_row_figures(capsys):
+    """The foot-row comparison with random weights matches nothing, so its figures are checked here on hand-made
+    rows: a foot row that gives every true depth scores 0, one that is 10 % short scores 0.1 raw and 0 scaled."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("obstacle_error", os.path.join(ROOT, "bench", "obstacle_error.py"))
+    obstacle_error = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(obstacle_error)
+    rows = [dict(z=z, dz=0.1 * z, error=0.5, error_direction=0.1, error_depth=0.4, z_foot=0.9 * z, z_foot_true=z,
+                 camera_height=1.5) for z in (5.0, 15.0, 25.0, 35.0)]
+    obstacle_error.print_translation(rows)
+    out = capsys.readouterr().out
+    assert "camera 1.50 m" in out
+    assert "the detection's 2D box all 0.100 / 0.000" in out
+    assert "the true 2D box        all 0.000 / 0.000" in out
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_deployment_smoke():
