@@ -71,7 +71,7 @@ def translation_rows(model, dataset, cfg, batch_size: int = 16) -> list[dict]:
             intrinsics = target["intrinsics"].double().numpy()
             found = decode_image(outputs, index, intrinsics, tuple(cfg.input_size), score_threshold=SCORE_THRESHOLD,
                                  nms_iou=cfg.postprocess.obstacle_nms_iou)
-            box_rows = detection_boxes(outputs, index, cfg)[:, [1, 3]] * cfg.input_size[0]  # [N,2] (cy, h) input px
+            box_rows = found.boxes_2d[:, [1, 3]] * cfg.input_size[0]  # [N,2] (cy, h) input px
             centres, labels = target["center_cam"].double().numpy(), target["labels"].numpy()  # [M,3] camera frame
             true_bottom = target["boxes_xyxy"].double().numpy()[:, 3]  # input px
             bottoms.extend(centres[:, 1] + target["size_wlh"].double().numpy()[:, 2] / 2)
@@ -96,19 +96,6 @@ def translation_rows(model, dataset, cfg, batch_size: int = 16) -> list[dict]:
         row["z_foot"], row["z_foot_true"] = (row["fy"] * camera_height / max(v, 1.0) for v in row.pop("foot_rows"))
         row["camera_height"] = camera_height
     return rows
-
-
-def detection_boxes(outputs: dict, index: int, cfg) -> np.ndarray:
-    """[N,4] cxcywh in [0, 1] of the detections decode_image returns, in its order (top-k, then the NMS)."""
-    from torchvision.ops import batched_nms, box_convert
-
-    from perception.postprocess.top_k import top_k_detections
-
-    scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], 100, SCORE_THRESHOLD)
-    if cfg.postprocess.obstacle_nms_iou is not None and len(scores):
-        boxes = box_convert(outputs["obstacles.boxes"][index][queries].float(), "cxcywh", "xyxy")
-        queries = queries[batched_nms(boxes, scores, labels, cfg.postprocess.obstacle_nms_iou)]
-    return outputs["obstacles.boxes"][index][queries].float().numpy()
 
 
 def print_translation(rows: list[dict]) -> None:

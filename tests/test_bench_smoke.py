@@ -97,7 +97,6 @@ def test_obstacle_error_smoke(small_dataset, bdd_dataset):
     assert "matched detections" in out and "rgb + box" in out and "neck + box" in out
 
 
-
 def test_obstacle_error_foot_row_figures(capsys):
     """The foot-row comparison with random weights matches nothing, so its figures are checked here on hand-made
     rows: a foot row that gives every true depth scores 0, one that is 10 % short scores 0.1 raw and 0 scaled."""
@@ -113,6 +112,7 @@ def test_obstacle_error_foot_row_figures(capsys):
     assert "camera 1.50 m" in out
     assert "the detection's 2D box all 0.100 / 0.000" in out
     assert "the true 2D box        all 0.000 / 0.000" in out
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

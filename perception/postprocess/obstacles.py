@@ -34,6 +34,7 @@ class CameraBoxes:
     labels: np.ndarray  # [N] index into DETECTION_CLASSES
     scores: np.ndarray  # [N]
     attributes: list[str]  # [N] nuScenes attribute name or ""
+    boxes_2d: np.ndarray | None = None  # [N,4] cxcywh in [0, 1] of the network input (decode_image, when output)
 
 
 DEPTH_CONFIDENCE_RADIUS_M = 1.0  # within the devkit's 0.5-4 m matching distances
@@ -82,7 +83,8 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
         center_cam=centre, size_wlh=outputs["obstacles.size"][index][queries].float().exp().numpy(),
         yaw_cam=torch.atan2(yaw[:, 0], yaw[:, 1]).numpy(),
         velocity_cam=outputs["obstacles.velocity"][index][queries].float().numpy(),
-        labels=labels.numpy(), scores=scores.numpy(), attributes=attributes)
+        labels=labels.numpy(), scores=scores.numpy(), attributes=attributes,
+        boxes_2d=outputs["obstacles.boxes"][index][queries].float().numpy() if "obstacles.boxes" in outputs else None)
 
 
 def to_global(boxes: CameraBoxes, ego_from_camera: np.ndarray, global_from_ego: np.ndarray) -> list[dict]:
