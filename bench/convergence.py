@@ -34,7 +34,7 @@ NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obs
 VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
-             "3D from the query's box, one-to-many obstacle and light class targets + 2D NMS, deformable "
+             "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
              "cross-attention in the box heads", {}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
@@ -108,6 +108,9 @@ VARIANTS = {
     "light_one_to_one": ("the light head trained one-to-one and decoded NMS-free: the demo recipe before one-to-many "
                          "light class targets (run 5)",
                          {"matcher.light_one_to_many_iou": None, "postprocess.light_nms_iou": None}),
+    "lane_one_to_one": ("the lane head trained one-to-one and decoded NMS-free: the demo recipe before one-to-many "
+                        "lane class targets (run 11)",
+                        {"matcher.lane_one_to_many_iou": None, "postprocess.lane_nms_iou": None}),
     "no_lane_kernels": ("the lane head without the marking map and its row kernels: the demo recipe before run 7 "
                         "(run 6)", {"model.heads.lanes.marking_refinement": False,
                                     "model.heads.lanes.marking_search": "window"}),

@@ -73,6 +73,9 @@ class MatcherConfig:
     obstacle_one_to_many_iou: float | None = None
     # Traffic lights: the same one-to-many class targets for the light head; pair it with postprocess.light_nms_iou.
     light_one_to_many_iou: float | None = None
+    # Lanes: every decoder query whose lane overlaps a labelled lane by this IoU (the F1's 30/1640-px lines, at the
+    # row anchors: perception.core.lane_overlap) is a class positive too; pair it with postprocess.lane_nms_iou.
+    lane_one_to_many_iou: float | None = None
 
 
 @dataclass
@@ -88,6 +91,9 @@ class PostprocessConfig:
     # Put each lane's rows on a robust straight line (Huber scale in input px; postprocess/lane_fit.py); None: as
     # the head placed them. The F1's IoU of 0.5 allows about 2.7 input px at 448 px wide.
     lane_line_fit_px: float | None = None
+    # Greedy NMS of the kept lanes by their overlap at the row anchors (perception.core.lane_overlap), for a head
+    # trained with matcher.lane_one_to_many_iou, whose duplicate queries on one lane score alike; None: NMS-free.
+    lane_nms_iou: float | None = None
     light_max_per_image: int = 30
     light_score_threshold: float = 0.05
     light_nms_iou: float | None = None  # per-class 2D NMS of the light boxes; None: NMS-free
@@ -175,13 +181,14 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [c for c in list(cfg.cameras) + list(cfg.lane_cameras) if c not in CAMERAS]
     if unknown:
         raise ConfigError(f"unknown cameras {unknown}; nuScenes cameras are {list(CAMERAS)}")
-    for key in ("postprocess.obstacle_nms_iou", "postprocess.light_nms_iou", "matcher.obstacle_one_to_many_iou",
-                "matcher.light_one_to_many_iou"):
+    for key in ("postprocess.obstacle_nms_iou", "postprocess.light_nms_iou", "postprocess.lane_nms_iou",
+                "matcher.obstacle_one_to_many_iou", "matcher.light_one_to_many_iou", "matcher.lane_one_to_many_iou"):
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value is not None and not 0.0 < value <= 1.0:
             raise ConfigError(f"{key} must be in (0, 1] or None, got {value!r}")
-        if section == "matcher" and value is not None and cfg.matcher.iou_aware_classification:
+        if key in ("matcher.obstacle_one_to_many_iou", "matcher.light_one_to_many_iou") and value is not None \
+                and cfg.matcher.iou_aware_classification:
             raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
                               "class targets: set one of them")
     if cfg.postprocess.lane_line_fit_px is not None and not cfg.postprocess.lane_line_fit_px > 0:

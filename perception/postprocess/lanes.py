@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, decode_lane
+from perception.core.lane_overlap import lane_overlap_iou, row_half_widths
 from perception.postprocess.lane_fit import robust_line_fit
 
 
@@ -20,9 +21,11 @@ class ImageLanes:
 
 def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
                  score_threshold: float = 0.3, visibility_threshold: float = 0.5,
-                 line_fit_px: float | None = None) -> ImageLanes:
+                 line_fit_px: float | None = None, nms_iou: float | None = None) -> ImageLanes:
     """Lanes of image ``index`` of a batch; ``affine`` [3,3] maps original px to input px. ``line_fit_px``: put
-    each lane's rows on a robust straight line, Huber scale in input px (``postprocess.lane_line_fit_px``)."""
+    each lane's rows on a robust straight line, Huber scale in input px (``postprocess.lane_line_fit_px``).
+    ``nms_iou``: drop a lane that overlaps a higher-scored kept one by this ``lane_overlap_iou`` or more
+    (``postprocess.lane_nms_iou``); None: every query above the threshold is a lane."""
     probability = outputs["lanes.logits"][index].float().sigmoid()  # (Q, C)
     scores, labels = probability.max(dim=-1)
     points = outputs["lanes.points"][index].float().numpy()  # (Q, P)
@@ -30,12 +33,12 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
     visible = (outputs["lanes.visibility"][index].float().sigmoid() > visibility_threshold).numpy()
     visible &= (points >= 0.0) & (points <= 1.0)
     inverse = np.linalg.inv(affine)
+    candidates = [q for q in np.argsort(-scores.numpy()) if scores[q] > score_threshold
+                  and visible[q].sum() >= MIN_VISIBLE_ROWS]
+    if nms_iou is not None:
+        candidates = suppress_duplicates(points, visible, candidates, input_size, nms_iou)
     polylines, kept_labels, kept_scores = [], [], []
-    for q in np.argsort(-scores.numpy()):
-        if scores[q] <= score_threshold:
-            break
-        if visible[q].sum() < MIN_VISIBLE_ROWS:
-            continue
+    for q in candidates:
         lane = decode_lane(points[q], visible[q], input_size)  # input px
         if line_fit_px is not None:
             lane = robust_line_fit(lane, line_fit_px)
@@ -43,3 +46,19 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
         kept_labels.append(int(labels[q]))
         kept_scores.append(float(scores[q]))
     return ImageLanes(polylines, np.asarray(kept_labels, np.int64), np.asarray(kept_scores, np.float32))
+
+
+def suppress_duplicates(points: np.ndarray, visible: np.ndarray, order: list[int], input_size: tuple[int, int],
+                        iou_threshold: float) -> list[int]:
+    """Greedy NMS over lanes (x [Q,P] normalised, visible [Q,P]) in ``order`` (best first): a lane is kept unless
+    it overlaps a kept one by ``lane_overlap_iou`` >= ``iou_threshold``, measured with the kept lane's widths."""
+    if len(order) < 2:
+        return list(order)
+    xs = torch.from_numpy(points[order]).double()
+    seen = torch.from_numpy(visible[order])
+    iou = lane_overlap_iou(xs, seen, xs, seen, row_half_widths(xs, seen, input_size)).numpy()  # (K, K): [a, kept b]
+    kept: list[int] = []
+    for k in range(len(order)):
+        if all(iou[k, j] < iou_threshold for j in kept):
+            kept.append(k)
+    return [order[k] for k in kept]

@@ -92,7 +92,8 @@ class LaneTask(Task):
         return LaneCriterion(LaneMatcher(m.cost_class, m.cost_points), dense_weight=m.dense_weight,
                              dense_class_positives=m.dense_class_positives,
                              line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0,
-                             row_classification=head is not None and head.marking_search == "kernel")
+                             row_classification=head is not None and head.marking_search == "kernel",
+                             one_to_many_iou=m.lane_one_to_many_iou)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
@@ -111,7 +112,7 @@ class LaneTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
         """ImageLanes: polylines in original pixels, labels, scores."""
         return decode_lanes(outputs, i, tuple(input_size), affine, post.lane_score_threshold,
-                            post.lane_visibility_threshold, post.lane_line_fit_px)
+                            post.lane_visibility_threshold, post.lane_line_fit_px, post.lane_nms_iou)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_lanes
@@ -130,7 +131,8 @@ class LaneTask(Task):
             from perception.scoring.frame_scores import lane_sweep_entry
 
             low = decode_lanes(outputs, i, tuple(cfg.input_size), meta["affine"], SWEEP_MIN_SCORE,
-                               cfg.postprocess.lane_visibility_threshold, cfg.postprocess.lane_line_fit_px)
+                               cfg.postprocess.lane_visibility_threshold, cfg.postprocess.lane_line_fit_px,
+                               cfg.postprocess.lane_nms_iou)
             result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
         return result
 
