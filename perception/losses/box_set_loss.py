@@ -185,22 +185,29 @@ def paired_box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return intersection / (area(a) + area(b) - intersection).clamp(min=1e-9)
 
 
-def overlapping_queries(boxes: torch.Tensor, targets: list[dict], threshold: float):
-    """(image index [K], query index [K], label [K]) of every query whose box (cxcywh [B,Q,4]) overlaps an
-    object of its image by IoU >= ``threshold``, labelled as the object it overlaps most."""
+def queries_overlapping(targets: list[dict], overlap, threshold: float, device):
+    """(image index [K], query index [K], label [K]) of every query whose overlap with a target of its image,
+    ``overlap(i, target)`` -> [Q, M], reaches ``threshold``, labelled as the target it overlaps most."""
     found = []
     for i, target in enumerate(targets):
         if len(target["labels"]) == 0:
             continue
-        iou = box_iou(box_convert(boxes[i].detach().float(), "cxcywh", "xyxy"),
-                      box_convert(target["boxes"].float(), "cxcywh", "xyxy"))  # (Q, M)
-        best, nearest = iou.max(dim=1)
+        best, nearest = overlap(i, target).max(dim=1)
         queries = torch.nonzero(best >= threshold).squeeze(1)
         found.append((torch.full_like(queries, i), queries, target["labels"][nearest[queries]]))
     if not found:
-        empty = torch.empty(0, dtype=torch.int64, device=boxes.device)
+        empty = torch.empty(0, dtype=torch.int64, device=device)
         return empty, empty, empty
     return tuple(torch.cat(parts) for parts in zip(*found))
+
+
+def overlapping_queries(boxes: torch.Tensor, targets: list[dict], threshold: float):
+    """(image index [K], query index [K], label [K]) of every query whose box (cxcywh [B,Q,4]) overlaps an
+    object of its image by IoU >= ``threshold``, labelled as the object it overlaps most."""
+    boxes = boxes.detach().float()
+    return queries_overlapping(targets, lambda i, target: box_iou(
+        box_convert(boxes[i], "cxcywh", "xyxy"), box_convert(target["boxes"].float(), "cxcywh", "xyxy")),
+        threshold, boxes.device)
 
 
 class BoxSetCriterion(SetCriterion):

@@ -18,7 +18,7 @@ from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.core.lane_overlap import lane_overlap_iou, row_half_widths
-from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched
+from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched, queries_overlapping
 from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes, token_cell_widths
 from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost, solve_assignments
@@ -71,19 +71,9 @@ def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, tar
     lane of its image by ``lane_overlap_iou`` >= ``threshold``, labelled as the lane it overlaps most."""
     points = points.detach().float()
     drawn = (visibility_logits.detach() > 0) & (points >= 0) & (points <= 1)
-    found = []
-    for i, target in enumerate(targets):
-        if len(target["labels"]) == 0:
-            continue
-        iou = lane_overlap_iou(points[i], drawn[i], target["points"].float(), target["visible"],
-                               target["half_width"])  # (Q, M)
-        best, nearest = iou.max(dim=1)
-        queries = torch.nonzero(best >= threshold).squeeze(1)
-        found.append((torch.full_like(queries, i), queries, target["labels"][nearest[queries]]))
-    if not found:
-        empty = torch.empty(0, dtype=torch.int64, device=points.device)
-        return empty, empty, empty
-    return tuple(torch.cat(parts) for parts in zip(*found))
+    return queries_overlapping(targets, lambda i, target: lane_overlap_iou(
+        points[i], drawn[i], target["points"].float(), target["visible"], target["half_width"]),
+        threshold, points.device)
 
 
 def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Tensor:
