@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import TINY_MODEL
@@ -66,13 +67,16 @@ def test_ddp_training_and_distributed_evaluation_match_one_process(small_dataset
     assert sum(map(len, submissions[0]["results"].values())) > 0
     assert "nuscenes/mAP" in one and "drivable/IoU" in one
     for token, boxes in submissions[0]["results"].items():
-        other = submissions[1]["results"][token]
+        other = list(submissions[1]["results"][token])
         assert len(boxes) == len(other)
-        def key(box):
-            position = tuple(round(v, 3) for v in box["translation"])
-            return box["detection_name"], round(box["detection_score"], 6), position
-
-        assert sorted(map(key, boxes)) == sorted(map(key, other))
+        # The same boxes, up to float rounding: a rank's batches hold other images, and batched kernels may sum in
+        # another order (a score of 0.045873 against 0.045872 on an AVX512 CPU), so no rounding to fixed digits.
+        for box in boxes:
+            same = [b for b in other if b["detection_name"] == box["detection_name"]
+                    and np.allclose(b["translation"], box["translation"], atol=1e-3)
+                    and abs(b["detection_score"] - box["detection_score"]) < 1e-5]
+            assert same, f"{token}: {box} has no counterpart on 3 ranks"
+            other.remove(same[0])
 
 
 def test_launchers_are_valid_bash_and_match_the_trainer():
