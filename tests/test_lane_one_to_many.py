@@ -82,8 +82,8 @@ def _queries() -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_queries_that_fit_a_lane_are_labelled_as_the_lane_they_overlap_most():
     points, visibility = _queries()
-    encoded_targets = LaneCriterion.encode_targets(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"], INPUT_SIZE,
-                                                   NUM_POINTS, "cpu")
+    encoded_targets = LaneCriterion(one_to_many_iou=0.5).encode(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"],
+                                                                INPUT_SIZE, {"lanes.points": points}, "cpu")
     image, query, label = overlapping_lanes(points, visibility, encoded_targets, 0.5)
     assert image.tolist() == [0, 0, 0] and query.tolist() == [0, 1, 2] and label.tolist() == [1, 1, 0]
     # Rows the head does not draw do not count: query 2 drawn on its top half only no longer fits lane 1.
@@ -99,8 +99,8 @@ def test_a_duplicate_lane_is_pushed_down_only_without_one_to_many(one_to_many):
     logits = torch.zeros(1, 4, 2, requires_grad=True)
     points.requires_grad_(True)
     pred = {"logits": logits, "points": points, "visibility": visibility}
-    targets = criterion.encode_targets(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"], INPUT_SIZE, NUM_POINTS,
-                                       "cpu")
+    targets = criterion.encode(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"], INPUT_SIZE, {"lanes.points": points},
+                               "cpu")
     losses = criterion.prefix_losses(pred, targets, num_targets=2)
     (losses["lane_cls"] + losses["lane_points"]).backward()
     grad = logits.grad[0]

@@ -68,7 +68,8 @@ def row_classification_loss(row_logits: torch.Tensor, target: torch.Tensor, visi
 def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, targets: list[dict], threshold: float):
     """(image index [K], query index [K], label [K]) of every query whose lane (points [B,Q,P] normalised x,
     drawn where visibility_logits [B,Q,P] > 0 and x inside the image, as decoding draws it) overlaps a labelled
-    lane of its image by ``lane_overlap_iou`` >= ``threshold``, labelled as the lane it overlaps most."""
+    lane of its image by ``lane_overlap_iou`` >= ``threshold``, labelled as the lane it overlaps most. ``targets``
+    as ``LaneCriterion.encode`` gives them with one-to-many on (their ``half_width``)."""
     points = points.detach().float()
     drawn = (visibility_logits.detach() > 0) & (points >= 0) & (points <= 1)
     return queries_overlapping(targets, lambda i, target: lane_overlap_iou(
@@ -222,18 +223,19 @@ class LaneCriterion(SetCriterion):
                     xs.append(x / width)
                     visible.append(v)
                     labels.append(label)
-            points = torch.as_tensor(np.asarray(xs, np.float32).reshape(-1, num_points), device=device)
-            seen = torch.as_tensor(np.asarray(visible, bool).reshape(-1, num_points), device=device)
             encoded.append({
                 "labels": torch.as_tensor(labels, dtype=torch.int64, device=device),
-                "points": points,
-                "visible": seen,
-                "half_width": row_half_widths(points, seen, input_size),  # (M, P): the F1's line width per row
+                "points": torch.as_tensor(np.asarray(xs, np.float32).reshape(-1, num_points), device=device),
+                "visible": torch.as_tensor(np.asarray(visible, bool).reshape(-1, num_points), device=device),
             })
         return encoded
 
     def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
-        return self.encode_targets(per_image, input_size, outputs["lanes.points"].shape[-1], device)
+        targets = self.encode_targets(per_image, input_size, outputs["lanes.points"].shape[-1], device)
+        if self.one_to_many_iou is not None:  # the F1's line width per row [M,P], once for every decoder layer
+            for target in targets:
+                target["half_width"] = row_half_widths(target["points"], target["visible"], input_size)
+        return targets
 
     def prefix_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],
                       num_targets: int) -> dict[str, torch.Tensor]:
