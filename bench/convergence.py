@@ -156,6 +156,13 @@ VARIANTS = {
         "the two heads under their targets, taken from the light head, which passes its own (lane_trunk_gradient_3 "
         "lifted lanes and cost lights and mAP)",
         {"model.trunk_gradient_scale.lanes": 2.0, "model.trunk_gradient_scale.obstacles": 2.0}),
+    "conv_stem": ("Swin's 4x4 patchify stem replaced by two stride-2 3x3 convolutions (model.backbone.stem=conv; "
+                  "Xiao et al. 2021): every stride-4 token reads a 7x7-pixel neighbourhood, non-linearly",
+                  {"model.backbone.stem": "conv"}),
+    "obstacle_one_to_many_regression": (
+        "the obstacle queries that are one-to-many class positives (2D IoU >= 0.6) also regress the object they "
+        "overlap (2D box, depth, size, heading, velocity), averaged over them, at weight 1 beside the one-to-one "
+        "losses (H-DETR's one-to-many branch on the same queries)", {"matcher.obstacle_one_to_many_regression": 1.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -84,11 +84,11 @@ def test_queries_that_fit_a_lane_are_labelled_as_the_lane_they_overlap_most():
     points, visibility = _queries()
     encoded_targets = LaneCriterion(one_to_many_iou=0.5).encode(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"],
                                                                 INPUT_SIZE, {"lanes.points": points}, "cpu")
-    image, query, label = overlapping_lanes(points, visibility, encoded_targets, 0.5)
+    image, query, label, _ = overlapping_lanes(points, visibility, encoded_targets, 0.5)
     assert image.tolist() == [0, 0, 0] and query.tolist() == [0, 1, 2] and label.tolist() == [1, 1, 0]
     # Rows the head does not draw do not count: query 2 drawn on its top half only no longer fits lane 1.
     visibility[0, 2, NUM_POINTS // 2:] = -5.0
-    _, query, _ = overlapping_lanes(points, visibility, encoded_targets, 0.5)
+    _, query, _, _ = overlapping_lanes(points, visibility, encoded_targets, 0.5)
     assert query.tolist() == [0, 1]
 
 

@@ -23,9 +23,9 @@ BOXES = torch.tensor([[[0.5, 0.5, 0.2, 0.2], [0.52, 0.5, 0.22, 0.2], [0.1, 0.1, 
 
 def test_overlapping_queries_are_labelled_as_the_object_they_overlap_most():
     targets = [{"labels": torch.tensor([2, 0]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2], [0.1, 0.1, 0.1, 0.1]])}]
-    image, query, label = overlapping_queries(BOXES, targets, 0.6)
+    image, query, label, _ = overlapping_queries(BOXES, targets, 0.6)
     assert image.tolist() == [0, 0, 0] and query.tolist() == [0, 1, 2] and label.tolist() == [2, 2, 0]
-    image, query, label = overlapping_queries(BOXES, targets, 0.9)
+    image, query, label, _ = overlapping_queries(BOXES, targets, 0.9)
     assert query.tolist() == [0, 2]
 
 
@@ -84,3 +84,63 @@ def test_light_nms_drops_same_state_duplicates_only():
     assert kept["labels"].tolist() == [1, 0, 1]
     assert np.allclose(kept["scores"], torch.sigmoid(torch.tensor([3.0, 1.0, 0.5])).numpy())
     assert np.allclose(kept["boxes_xyxy"][0], [80.0, 40.0, 120.0, 60.0])  # input px through the affine
+
+
+def test_overlapping_queries_name_the_object_each_overlaps():
+    targets = [{"labels": torch.tensor([2, 0]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2], [0.1, 0.1, 0.1, 0.1]])}]
+    _, query, _, target = overlapping_queries(BOXES, targets, 0.6)
+    assert query.tolist() == [0, 1, 2] and target.tolist() == [0, 0, 1]
+
+
+def _obstacle_outputs(depth_codes: list[float]) -> dict[str, torch.Tensor]:
+    """Three queries on head_export.one_obstacle's image: 0 on the car's box, 1 a near duplicate (IoU 0.89), 2 off
+    it; ``depth_codes`` their depths (the car's code is encode_depth(12 m, fx 50))."""
+    boxes = torch.tensor([[[0.3125, 0.5, 0.3125, 0.5], [0.33, 0.5, 0.3125, 0.5], [0.85, 0.15, 0.1, 0.1]]])
+    logits = torch.full((1, 3, 10), -4.0)
+    logits[0, :2, 0] = 2.0
+    return {"obstacles.logits": logits, "obstacles.boxes": boxes,
+            "obstacles.center": boxes[..., :2].clone(), "obstacles.depth": torch.tensor([depth_codes]),
+            "obstacles.size": torch.zeros(1, 3, 3), "obstacles.yaw": torch.zeros(1, 3, 2),
+            "obstacles.velocity": torch.zeros(1, 3, 2), "obstacles.attribute": torch.zeros(1, 3, 8)}
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_one_to_many_regression_trains_a_duplicates_box_and_3d_terms_only_when_on(weight):
+    from head_export import one_obstacle
+
+    from perception.core.obstacle_coding import encode_depth
+    from perception.losses.obstacle_loss import ObstacleCriterion
+
+    truth = encode_depth(torch.tensor(12.0), torch.tensor(50.0)).item()
+    outputs = {k: v.requires_grad_() for k, v in _obstacle_outputs([truth, truth + 0.5, truth + 0.5]).items()}
+    criterion = ObstacleCriterion(dense_weight=0.0, one_to_many_iou=0.6, one_to_many_regression=weight)
+    losses = criterion(outputs, one_obstacle(yaw=0.3))
+    sum(losses.values()).backward()
+    depth_grad, box_grad = outputs["obstacles.depth"].grad[0], outputs["obstacles.boxes"].grad[0]
+    assert depth_grad[2] == 0 and box_grad[2].abs().sum() == 0  # off the car: never regressed
+    if weight:  # the duplicate's depth is pulled down towards the car's, at the weight over the 2 one-to-many queries
+        assert depth_grad[1].item() == pytest.approx(weight / 2)
+        assert box_grad[1].abs().sum() > 0
+    else:  # one-to-one: only the Hungarian match regresses
+        assert depth_grad[1] == 0 and box_grad[1].abs().sum() == 0
+    # The match's own depth is exact: the L1's subgradient at 0 is 0 either way, so its losses are unchanged.
+    assert losses["obstacle_depth"].item() == pytest.approx(weight * 0.5 / 2)
+
+
+def test_one_to_many_regression_needs_one_to_many_and_a_weight():
+    from conftest import experiment_dict
+
+    from perception.config import parse_config
+    from perception.losses.obstacle_loss import ObstacleCriterion
+    from perception.tasks.obstacles import OBSTACLES
+
+    with pytest.raises(ConfigError, match="set matcher.obstacle_one_to_many_iou too"):
+        parse_config(experiment_dict("unused", matcher={"obstacle_one_to_many_regression": 1.0}))
+    with pytest.raises(ConfigError, match="obstacle_one_to_many_regression must be a weight >= 0"):
+        parse_config(experiment_dict("unused", matcher={"obstacle_one_to_many_iou": 0.6,
+                                                        "obstacle_one_to_many_regression": -1.0}))
+    with pytest.raises(ValueError, match="set one_to_many_iou too"):
+        ObstacleCriterion(one_to_many_regression=1.0)
+    cfg = parse_config(experiment_dict("unused", matcher={"obstacle_one_to_many_iou": 0.6,
+                                                          "obstacle_one_to_many_regression": 0.5}))
+    assert OBSTACLES.build_criterion(cfg).one_to_many_regression == 0.5

@@ -22,6 +22,8 @@ class BackboneConfig:
     name: str = "swin_tiny_patch4_window7_224"
     pretrained_path: str | None = None  # local timm checkpoint; never downloaded
     drop_path_rate: float = 0.1
+    # "patch": Swin's 4x4 patchify convolution; "conv": two stride-2 3x3 convolutions (perception.models.conv_stem)
+    stem: str = "patch"
     # Architecture overrides passed to timm (None keeps the named model's value).
     embed_dim: int | None = None
     depths: tuple | None = None
@@ -71,6 +73,10 @@ class MatcherConfig:
     # Hungarian match (DETA, "NMS strikes back"); pair it with postprocess.obstacle_nms_iou, which removes the
     # duplicates this leaves (the cameras' BEV merge catches only those within a merge radius). None: off.
     obstacle_one_to_many_iou: float | None = None
+    # Obstacles, with obstacle_one_to_many_iou: those queries also regress the object they overlap (2D box, depth,
+    # size, heading, ...), averaged over them and added at this weight to the one-to-one regression losses
+    # (H-DETR's one-to-many branch on the same queries). 0: off.
+    obstacle_one_to_many_regression: float = 0.0
     # Traffic lights: the same one-to-many class targets for the light head; pair it with postprocess.light_nms_iou.
     light_one_to_many_iou: float | None = None
     # Lanes: every decoder query whose lane overlaps a labelled lane by this IoU (the F1's 30/1640-px lines, at the
@@ -191,9 +197,21 @@ def validate(cfg: ExperimentConfig) -> None:
                 and cfg.matcher.iou_aware_classification:
             raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
                               "class targets: set one of them")
+    regression = cfg.matcher.obstacle_one_to_many_regression
+    if isinstance(regression, bool) or not isinstance(regression, (int, float)) or regression < 0:
+        raise ConfigError(f"matcher.obstacle_one_to_many_regression must be a weight >= 0, got {regression!r}")
+    if regression and cfg.matcher.obstacle_one_to_many_iou is None:
+        raise ConfigError("matcher.obstacle_one_to_many_regression regresses the one-to-many queries: set "
+                          "matcher.obstacle_one_to_many_iou too")
     if cfg.postprocess.lane_line_fit_px is not None and not cfg.postprocess.lane_line_fit_px > 0:
         raise ConfigError(f"postprocess.lane_line_fit_px must be > 0 (input px) or None, got "
                           f"{cfg.postprocess.lane_line_fit_px!r}")
+    backbone = cfg.model.backbone
+    if backbone.stem not in ("patch", "conv"):
+        raise ConfigError(f"model.backbone.stem must be 'patch' or 'conv', got {backbone.stem!r}")
+    if backbone.stem != "patch" and backbone.pretrained_path:
+        raise ConfigError(f"model.backbone.stem={backbone.stem!r} has no pretrained weights: set stem='patch' to load "
+                          f"model.backbone.pretrained_path ({backbone.pretrained_path}), or drop the path")
     if cfg.matcher.dense_class_positives not in ("all", "one"):
         raise ConfigError(f"matcher.dense_class_positives must be 'all' or 'one', got "
                           f"{cfg.matcher.dense_class_positives!r}")

@@ -186,24 +186,33 @@ def paired_box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def queries_overlapping(targets: list[dict], overlap, threshold: float, device):
-    """(image index [K], query index [K], label [K]) of every query whose overlap with a target of its image,
-    ``overlap(i, target)`` -> [Q, M], reaches ``threshold``, labelled as the target it overlaps most."""
+    """(image index [K], query index [K], label [K], target index in its image [K]) of every query whose overlap
+    with a target of its image, ``overlap(i, target)`` -> [Q, M], reaches ``threshold``, labelled as the target it
+    overlaps most."""
     found = []
     for i, target in enumerate(targets):
         if len(target["labels"]) == 0:
             continue
         best, nearest = overlap(i, target).max(dim=1)
         queries = torch.nonzero(best >= threshold).squeeze(1)
-        found.append((torch.full_like(queries, i), queries, target["labels"][nearest[queries]]))
+        found.append((torch.full_like(queries, i), queries, target["labels"][nearest[queries]], nearest[queries]))
     if not found:
         empty = torch.empty(0, dtype=torch.int64, device=device)
-        return empty, empty, empty
+        return empty, empty, empty, empty
     return tuple(torch.cat(parts) for parts in zip(*found))
 
 
+def gather_pairs(targets: list[dict], image_index: torch.Tensor, target_index: torch.Tensor) -> dict:
+    """{key: [K,...]}: target ``target_index[k]`` of image ``image_index[k]``, for every key of the targets."""
+    offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=image_index.device).cumsum(0)
+    flat = offsets[image_index] + target_index
+    return {k: torch.cat([t[k] for t in targets])[flat] for k in targets[0]}
+
+
 def overlapping_queries(boxes: torch.Tensor, targets: list[dict], threshold: float):
-    """(image index [K], query index [K], label [K]) of every query whose box (cxcywh [B,Q,4]) overlaps an
-    object of its image by IoU >= ``threshold``, labelled as the object it overlaps most."""
+    """(image index [K], query index [K], label [K], object index in its image [K]) of every query whose box
+    (cxcywh [B,Q,4]) overlaps an object of its image by IoU >= ``threshold``, labelled as the object it overlaps
+    most."""
     boxes = boxes.detach().float()
     return queries_overlapping(targets, lambda i, target: box_iou(
         box_convert(boxes[i], "cxcywh", "xyxy"), box_convert(target["boxes"].float(), "cxcywh", "xyxy")),
@@ -219,16 +228,23 @@ class BoxSetCriterion(SetCriterion):
 
     def __init__(self, matcher: HungarianMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all", iou_aware: bool = False,
-                 one_to_many_iou: float | None = None):
+                 one_to_many_iou: float | None = None, one_to_many_regression: float = 0.0):
         """``iou_aware``: a matched query's class target is the IoU of its box with the object's (varifocal
         loss, RT-DETR), so the score ranks queries by how well they localise, not only by what they see.
         ``one_to_many_iou``: every query whose box overlaps an object by at least this IoU is a class positive
         too, not only the Hungarian match (DETA's IoU assignment); box and other losses stay one-to-one.
-        Duplicates are then left to post-processing (``postprocess.obstacle_nms_iou`` and the BEV merge)."""
+        Duplicates are then left to post-processing (``postprocess.obstacle_nms_iou`` and the BEV merge).
+        ``one_to_many_regression``: with ``one_to_many_iou``, those queries also regress the object they overlap
+        (box and the subclass's terms: depth, size, ... for obstacles), averaged over them and added at this weight
+        to the one-to-one losses (H-DETR's one-to-many branch, on the same queries): more regression pairs per
+        step for the heads whose score NMS picks among duplicates. 0: off."""
         super().__init__(matcher or HungarianMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
         if iou_aware and one_to_many_iou is not None:
             raise ValueError("iou_aware and one_to_many_iou are alternatives: set one of them")
+        if one_to_many_regression and one_to_many_iou is None:
+            raise ValueError("one_to_many_regression regresses the one-to-many queries: set one_to_many_iou too")
         self.iou_aware, self.one_to_many_iou = iou_aware, one_to_many_iou
+        self.one_to_many_regression = one_to_many_regression
 
     def varifocal_loss(self, logits: torch.Tensor, batch_index: torch.Tensor, query_index: torch.Tensor,
                        labels: torch.Tensor, iou: torch.Tensor, num_targets: int) -> torch.Tensor:
@@ -269,6 +285,12 @@ class BoxSetCriterion(SetCriterion):
             losses = {f"{p}_cls": self.class_loss(pred["logits"], torch.cat([batch_index, extra[0]]),
                                                   torch.cat([query_index, extra[1]]),
                                                   torch.cat([matched["labels"], extra[2]]), num_targets)}
+            if self.one_to_many_regression and len(extra[0]):
+                many = self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0], extra[1],
+                                          len(extra[0]))
+                one = self.paired_losses(pred, matched, batch_index, query_index, num_targets)
+                return losses | {name: value + self.one_to_many_regression * many[name] if name in many else value
+                                 for name, value in one.items()}
         else:
             losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
                                                   num_targets)}

@@ -66,10 +66,11 @@ def row_classification_loss(row_logits: torch.Tensor, target: torch.Tensor, visi
 
 
 def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, targets: list[dict], threshold: float):
-    """(image index [K], query index [K], label [K]) of every query whose lane (points [B,Q,P] normalised x,
-    drawn where visibility_logits [B,Q,P] > 0 and x inside the image, as decoding draws it) overlaps a labelled
-    lane of its image by ``lane_overlap_iou`` >= ``threshold``, labelled as the lane it overlaps most. ``targets``
-    as ``LaneCriterion.encode`` gives them with one-to-many on (their ``half_width``)."""
+    """(image index [K], query index [K], label [K], lane index in its image [K]) of every query whose lane
+    (points [B,Q,P] normalised x, drawn where visibility_logits [B,Q,P] > 0 and x inside the image, as decoding
+    draws it) overlaps a labelled lane of its image by ``lane_overlap_iou`` >= ``threshold``, labelled as the lane
+    it overlaps most. ``targets`` as ``LaneCriterion.encode`` gives them with one-to-many on (their
+    ``half_width``)."""
     points = points.detach().float()
     drawn = (visibility_logits.detach() > 0) & (points >= 0) & (points <= 1)
     return queries_overlapping(targets, lambda i, target: lane_overlap_iou(

@@ -6,7 +6,12 @@ import os
 
 import timm
 import torch
+from timm.layers import PatchEmbed
 from torch import nn
+
+from perception.models.conv_stem import ConvStem
+
+STEMS = {"patch": PatchEmbed, "conv": ConvStem}  # timm SwinTransformer's embed_layer
 
 
 class SwinBackbone(nn.Module):
@@ -16,13 +21,21 @@ class SwinBackbone(nn.Module):
         name: timm model name, e.g. ``swin_tiny_patch4_window7_224``.
         input_size: (H, W) the network is built for (Swin's attention masks depend on it).
         pretrained_path: local checkpoint of the same timm model (never a hub download).
+        stem: "patch" (Swin's 4x4 patchify convolution) or "conv" (``ConvStem``: two stride-2 3x3 convolutions;
+            trained from scratch, so not with ``pretrained_path``).
         **overrides: architecture overrides passed to timm (embed_dim, depths, num_heads, ...).
     """
 
     def __init__(self, name: str, input_size: tuple[int, int], pretrained_path: str | None = None,
-                 drop_path_rate: float = 0.1, **overrides):
+                 drop_path_rate: float = 0.1, stem: str = "patch", **overrides):
         super().__init__()
-        kwargs = dict(features_only=True, img_size=tuple(input_size), drop_path_rate=drop_path_rate, **overrides)
+        if stem not in STEMS:
+            raise ValueError(f"backbone stem {stem!r} is not one of {sorted(STEMS)}")
+        if stem != "patch" and pretrained_path:
+            raise ValueError(f"backbone stem {stem!r} has no pretrained weights; use stem='patch' with "
+                             "pretrained_path, or train from scratch without it")
+        kwargs = dict(features_only=True, img_size=tuple(input_size), drop_path_rate=drop_path_rate,
+                      embed_layer=STEMS[stem], **overrides)
         if pretrained_path:
             if not os.path.isfile(pretrained_path):
                 raise FileNotFoundError(f"backbone pretrained_path {pretrained_path} does not exist; weights are "

@@ -109,7 +109,8 @@ class ObstacleTask(Task):
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):
-        return box_set_criterion(ObstacleCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.obstacle_one_to_many_iou)
+        return box_set_criterion(ObstacleCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.obstacle_one_to_many_iou,
+                                 one_to_many_regression=cfg.matcher.obstacle_one_to_many_regression)
 
     def empty_targets(self) -> dict:
         return empty_obstacles()
