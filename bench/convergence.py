@@ -163,6 +163,10 @@ VARIANTS = {
         "the obstacle queries that are one-to-many class positives (2D IoU >= 0.6) also regress the object they "
         "overlap (2D box, depth, size, heading, velocity), averaged over them, at weight 1 beside the one-to-one "
         "losses (H-DETR's one-to-many branch on the same queries)", {"matcher.obstacle_one_to_many_regression": 1.0}),
+    "lane_one_to_many_regression": (
+        "the lane queries that are one-to-many class positives (the F1's IoU >= 0.5 at the row anchors) also regress "
+        "the lane they overlap (points, visibility, row classification), averaged over them, at weight 1",
+        {"matcher.lane_one_to_many_regression": 1.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

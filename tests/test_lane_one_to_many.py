@@ -109,6 +109,28 @@ def test_a_duplicate_lane_is_pushed_down_only_without_one_to_many(one_to_many):
     assert points.grad[0, 1].abs().sum() == 0  # its rows are not regressed either way (one-to-one)
 
 
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_one_to_many_regression_pulls_a_duplicate_onto_its_lane_only_when_on(weight):
+    criterion = LaneCriterion(dense_weight=0.0, one_to_many_iou=0.5, one_to_many_regression=weight)
+    points, visibility = _queries()
+    points.requires_grad_(True)
+    pred = {"logits": torch.zeros(1, 4, 2), "points": points, "visibility": visibility}
+    targets = criterion.encode(_lane_targets(TRUTH, [1, 0])["lanes"]["per_image"], INPUT_SIZE, {"lanes.points": points},
+                               "cpu")
+    losses = criterion.prefix_losses(pred, targets, num_targets=2)
+    losses["lane_points"].backward()
+    duplicate = points.grad[0, 1]  # query 1: 1 px right of lane 0 on every row
+    if weight:
+        assert (duplicate[duplicate != 0] > 0).all() and duplicate.abs().sum() > 0  # pulled left, onto lane 0
+    else:
+        assert duplicate.abs().sum() == 0
+    assert points.grad[0, 3].abs().sum() == 0  # the query far from both lanes is never regressed
+    # The matches sit on their lanes (up to float rounding), so only the duplicate's 1-px error counts, averaged
+    # over the 3 one-to-many queries.
+    one_px = 1.0 / INPUT_SIZE[1]
+    assert losses["lane_points"].item() == pytest.approx(weight * one_px / 3, rel=1e-3, abs=1e-6)
+
+
 def _outputs(scores: list[float]) -> dict[str, torch.Tensor]:
     points, visibility = _queries()
     logit = torch.logit(torch.tensor(scores))

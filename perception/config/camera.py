@@ -82,6 +82,9 @@ class MatcherConfig:
     # Lanes: every decoder query whose lane overlaps a labelled lane by this IoU (the F1's 30/1640-px lines, at the
     # row anchors: perception.core.lane_overlap) is a class positive too; pair it with postprocess.lane_nms_iou.
     lane_one_to_many_iou: float | None = None
+    # Lanes, with lane_one_to_many_iou: those queries also regress the lane they overlap (points, visibility, row
+    # classification), averaged over them, at this weight beside the one-to-one losses. 0: off.
+    lane_one_to_many_regression: float = 0.0
 
 
 @dataclass
@@ -197,12 +200,13 @@ def validate(cfg: ExperimentConfig) -> None:
                 and cfg.matcher.iou_aware_classification:
             raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
                               "class targets: set one of them")
-    regression = cfg.matcher.obstacle_one_to_many_regression
-    if isinstance(regression, bool) or not isinstance(regression, (int, float)) or regression < 0:
-        raise ConfigError(f"matcher.obstacle_one_to_many_regression must be a weight >= 0, got {regression!r}")
-    if regression and cfg.matcher.obstacle_one_to_many_iou is None:
-        raise ConfigError("matcher.obstacle_one_to_many_regression regresses the one-to-many queries: set "
-                          "matcher.obstacle_one_to_many_iou too")
+    for task in ("obstacle", "lane"):
+        regression = getattr(cfg.matcher, f"{task}_one_to_many_regression")
+        if isinstance(regression, bool) or not isinstance(regression, (int, float)) or regression < 0:
+            raise ConfigError(f"matcher.{task}_one_to_many_regression must be a weight >= 0, got {regression!r}")
+        if regression and getattr(cfg.matcher, f"{task}_one_to_many_iou") is None:
+            raise ConfigError(f"matcher.{task}_one_to_many_regression regresses the one-to-many queries: set "
+                              f"matcher.{task}_one_to_many_iou too")
     if cfg.postprocess.lane_line_fit_px is not None and not cfg.postprocess.lane_line_fit_px > 0:
         raise ConfigError(f"postprocess.lane_line_fit_px must be > 0 (input px) or None, got "
                           f"{cfg.postprocess.lane_line_fit_px!r}")

@@ -18,7 +18,13 @@ from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
 from perception.core.lane_overlap import lane_overlap_iou, row_half_widths
-from perception.losses.box_set_loss import SetCriterion, assigned_pairs, gather_matched, queries_overlapping
+from perception.losses.box_set_loss import (
+    SetCriterion,
+    assigned_pairs,
+    gather_matched,
+    gather_pairs,
+    queries_overlapping,
+)
 from perception.losses.dense_assign import lane_assign, lane_candidates, level_sizes, token_cell_widths
 from perception.losses.dice import soft_dice_loss
 from perception.losses.matcher import focal_class_cost, solve_assignments
@@ -157,15 +163,21 @@ class LaneCriterion(SetCriterion):
 
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False,
-                 row_classification: bool = False, one_to_many_iou: float | None = None):
+                 row_classification: bool = False, one_to_many_iou: float | None = None,
+                 one_to_many_regression: float = 0.0):
         """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes;
         ``row_classification``: also return ``lane_row_ce`` (row_classification_loss) for the matched final
         queries' ``lanes.row_logits``; ``one_to_many_iou``: every decoder query whose lane overlaps a labelled
         lane by at least this ``lane_overlap_iou`` (the F1's IoU, approximated at the rows) is a class positive
-        too, not only its Hungarian match."""
+        too, not only its Hungarian match; ``one_to_many_regression``: those queries also regress the lane they
+        overlap (points, visibility, row classification), averaged over them, at this weight beside the one-to-one
+        losses (H-DETR's one-to-many branch on the same queries). 0: off."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
+        if one_to_many_regression and one_to_many_iou is None:
+            raise ValueError("one_to_many_regression regresses the one-to-many queries: set one_to_many_iou too")
         self.line_iou = line_iou
         self.one_to_many_iou = one_to_many_iou
+        self.one_to_many_regression = one_to_many_regression
         self.loss_names = (LOSS_NAMES + ((LINE_IOU_LOSS,) if line_iou else ())
                            + ((ROW_CE_LOSS,) if row_classification else ()))
 
@@ -243,6 +255,7 @@ class LaneCriterion(SetCriterion):
         matches = self.matcher(pred["logits"], pred["points"], targets)
         batch_index, query_index, matched = gather_matched(matches, targets)
         class_batch, class_query, class_labels = batch_index, query_index, matched["labels"]
+        extra = None
         if self.one_to_many_iou is not None and "visibility" in pred:  # decoder layers (proposals draw no rows)
             # A query that already fits a lane as well as the metric counts is not taught "no lane" because
             # another query won the Hungarian match: with one-to-one targets only, the scores ranked the queries
@@ -251,14 +264,24 @@ class LaneCriterion(SetCriterion):
             class_batch, class_query = torch.cat([batch_index, extra[0]]), torch.cat([query_index, extra[1]])
             class_labels = torch.cat([matched["labels"], extra[2]])
         losses = {"lane_cls": self.class_loss(pred["logits"], class_batch, class_query, class_labels, num_targets)}
+        losses.update(self.paired_losses(pred, matched, batch_index, query_index, num_targets))
+        if extra is not None and self.one_to_many_regression and len(extra[0]):
+            many = self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0], extra[1],
+                                      len(extra[0]))
+            losses.update({name: losses[name] + self.one_to_many_regression * value for name, value in many.items()})
+        return losses
+
+    def paired_losses(self, pred: dict[str, torch.Tensor], matched: dict, batch_index: torch.Tensor,
+                      query_index: torch.Tensor, count: float) -> dict[str, torch.Tensor]:
+        """Points (and line IoU), row classification and visibility of query ``query_index[k]`` of image
+        ``batch_index[k]`` against lane k of ``matched``, summed over the pairs / count."""
         visible = matched["visible"].float()  # (K, P)
-        losses.update(self.point_losses(pred["points"][batch_index, query_index], matched["points"], visible,
-                                        num_targets))
+        losses = self.point_losses(pred["points"][batch_index, query_index], matched["points"], visible, count)
         if "row_logits" in pred:  # the final layer with the row kernels
             losses[ROW_CE_LOSS] = row_classification_loss(pred["row_logits"][batch_index, query_index],
-                                                          matched["points"], visible).sum() / num_targets
+                                                          matched["points"], visible).sum() / count
         if "visibility" in pred:  # encoder proposals carry only classes and points
             visibility_logits = pred["visibility"][batch_index, query_index]
             losses["lane_visibility"] = F.binary_cross_entropy_with_logits(
-                visibility_logits, visible, reduction="none").mean(-1).sum() / num_targets
+                visibility_logits, visible, reduction="none").mean(-1).sum() / count
         return losses

@@ -93,7 +93,8 @@ class LaneTask(Task):
                              dense_class_positives=m.dense_class_positives,
                              line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0,
                              row_classification=head is not None and head.marking_search == "kernel",
-                             one_to_many_iou=m.lane_one_to_many_iou)
+                             one_to_many_iou=m.lane_one_to_many_iou,
+                             one_to_many_regression=m.lane_one_to_many_regression)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
