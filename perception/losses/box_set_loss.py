@@ -68,8 +68,14 @@ def assigned_pairs(mask: torch.Tensor, assigned: torch.Tensor, targets: list[dic
     """(image index [K], token index [K], index into the targets concatenated over images [K]) of the
     tokens where ``mask`` [B,N] holds; ``assigned`` [B,N] is each token's target index in its image."""
     batch_index, token_index = torch.nonzero(mask, as_tuple=True)
-    offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=assigned.device).cumsum(0)
-    return batch_index, token_index, offsets[batch_index] + assigned[batch_index, token_index]
+    return batch_index, token_index, flat_target_index(targets, batch_index, assigned[batch_index, token_index])
+
+
+def flat_target_index(targets: list[dict], image_index: torch.Tensor, index_in_image: torch.Tensor) -> torch.Tensor:
+    """[K]: where target ``index_in_image[k]`` of image ``image_index[k]`` sits in the targets concatenated over
+    the images."""
+    offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=image_index.device).cumsum(0)
+    return offsets[image_index] + index_in_image
 
 
 class SetCriterion(nn.Module):
@@ -204,9 +210,16 @@ def queries_overlapping(targets: list[dict], overlap, threshold: float, device):
 
 def gather_pairs(targets: list[dict], image_index: torch.Tensor, target_index: torch.Tensor) -> dict:
     """{key: [K,...]}: target ``target_index[k]`` of image ``image_index[k]``, for every key of the targets."""
-    offsets = torch.tensor([0] + [len(t["labels"]) for t in targets], device=image_index.device).cumsum(0)
-    flat = offsets[image_index] + target_index
+    flat = flat_target_index(targets, image_index, target_index)
     return {k: torch.cat([t[k] for t in targets])[flat] for k in targets[0]}
+
+
+def add_one_to_many(losses: dict[str, torch.Tensor], many: dict[str, torch.Tensor], weight: float) -> None:
+    """Adds ``weight`` x each one-to-many regression loss of ``many`` to the one-to-one loss of the same name in
+    ``losses`` (in place; a name the one-to-one losses lack is left out)."""
+    for name, value in many.items():
+        if name in losses:
+            losses[name] = losses[name] + weight * value
 
 
 def overlapping_queries(boxes: torch.Tensor, targets: list[dict], threshold: float):
@@ -274,6 +287,7 @@ class BoxSetCriterion(SetCriterion):
         matches = self.matcher(pred["logits"], pred["boxes"], targets)
         batch_index, query_index, matched = gather_matched(matches, targets)
         p = self.loss_prefix
+        extra = None
         if self.iou_aware:
             boxes = pred["boxes"][batch_index, query_index]
             losses = {f"{p}_cls": self.varifocal_loss(pred["logits"], batch_index, query_index, matched["labels"],
@@ -285,16 +299,14 @@ class BoxSetCriterion(SetCriterion):
             losses = {f"{p}_cls": self.class_loss(pred["logits"], torch.cat([batch_index, extra[0]]),
                                                   torch.cat([query_index, extra[1]]),
                                                   torch.cat([matched["labels"], extra[2]]), num_targets)}
-            if self.one_to_many_regression and len(extra[0]):
-                many = self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0], extra[1],
-                                          len(extra[0]))
-                one = self.paired_losses(pred, matched, batch_index, query_index, num_targets)
-                return losses | {name: value + self.one_to_many_regression * many[name] if name in many else value
-                                 for name, value in one.items()}
         else:
             losses = {f"{p}_cls": self.class_loss(pred["logits"], batch_index, query_index, matched["labels"],
                                                   num_targets)}
-        return losses | self.paired_losses(pred, matched, batch_index, query_index, num_targets)
+        losses |= self.paired_losses(pred, matched, batch_index, query_index, num_targets)
+        if extra is not None and self.one_to_many_regression and len(extra[0]):
+            add_one_to_many(losses, self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0],
+                                                       extra[1], len(extra[0])), self.one_to_many_regression)
+        return losses
 
     def paired_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         """L1 + GIoU and the subclass's terms (``extra_losses``) of query ``query_index[k]`` of image

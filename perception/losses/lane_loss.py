@@ -20,6 +20,7 @@ from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_la
 from perception.core.lane_overlap import lane_overlap_iou, row_half_widths
 from perception.losses.box_set_loss import (
     SetCriterion,
+    add_one_to_many,
     assigned_pairs,
     gather_matched,
     gather_pairs,
@@ -266,9 +267,8 @@ class LaneCriterion(SetCriterion):
         losses = {"lane_cls": self.class_loss(pred["logits"], class_batch, class_query, class_labels, num_targets)}
         losses.update(self.paired_losses(pred, matched, batch_index, query_index, num_targets))
         if extra is not None and self.one_to_many_regression and len(extra[0]):
-            many = self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0], extra[1],
-                                      len(extra[0]))
-            losses.update({name: losses[name] + self.one_to_many_regression * value for name, value in many.items()})
+            add_one_to_many(losses, self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0],
+                                                       extra[1], len(extra[0])), self.one_to_many_regression)
         return losses
 
     def paired_losses(self, pred: dict[str, torch.Tensor], matched: dict, batch_index: torch.Tensor,
