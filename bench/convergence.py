@@ -167,6 +167,10 @@ VARIANTS = {
         "the lane queries that are one-to-many class positives (the F1's IoU >= 0.5 at the row anchors) also regress "
         "the lane they overlap (points, visibility, row classification), averaged over them, at weight 1",
         {"matcher.lane_one_to_many_regression": 1.0}),
+    "dense_depth": ("every memory token of the obstacle head also regresses its object's depth code, trained by the "
+                    "dense loss on the box ATSS positives (model.heads.obstacles.dense_depth; FCOS3D / MonoDETR's "
+                    "foreground depth): a depth signal for the shared tokens the queries start from",
+                    {"model.heads.obstacles.dense_depth": True}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

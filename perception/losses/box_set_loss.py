@@ -371,7 +371,13 @@ class BoxSetCriterion(SetCriterion):
         losses[f"{p}_giou"] = generalized_box_iou_loss(
             box_convert(boxes, "cxcywh", "xyxy"), box_convert(target_boxes, "cxcywh", "xyxy"),
             reduction="sum") / num_positive
-        return losses
+        return losses | self.dense_extra_losses(pred, targets, batch_index, token_index, flat, num_positive)
+
+    def dense_extra_losses(self, pred: dict[str, torch.Tensor], targets: list[dict], batch_index: torch.Tensor,
+                           token_index: torch.Tensor, flat: torch.Tensor, num_positive: int) -> dict[str, torch.Tensor]:
+        """Losses on the head's other per-token outputs (``dense_extras``) at the ATSS positives: image and token
+        index [K] of each positive, ``flat`` [K] its object's index in the targets concatenated over images."""
+        return {}
 
 
 class LightCriterion(BoxSetCriterion):

@@ -66,6 +66,15 @@ class ObstacleCriterion(BoxSetCriterion):
         error = (depth - target).abs()
         return (math.sqrt(2.0) * error * torch.exp(-log_scale) + log_scale).sum() / num_targets
 
+    def dense_extra_losses(self, pred, targets, batch_index, token_index, flat,
+                           num_positive) -> dict[str, torch.Tensor]:
+        """With the head's ``dense_depth``: L1 of each ATSS positive token's depth code against its object's."""
+        if "depth" not in pred:
+            return {}
+        target = torch.cat([t["depth"] for t in targets])[flat]
+        return {"obstacle_depth": F.l1_loss(pred["depth"][batch_index, token_index], target,
+                                            reduction="sum") / num_positive}
+
     def extra_losses(self, pred, matched, batch_index, query_index, num_targets) -> dict[str, torch.Tensor]:
         if "center" not in pred:  # encoder proposals carry only classes and boxes
             return {}

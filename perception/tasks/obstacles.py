@@ -36,6 +36,9 @@ class ObstacleHeadConfig(BoxQueryConfig):
     # Also predict the depth's Laplace scale (obstacles.depth_log_scale; MonoDLE / GUPNet): the depth loss becomes
     # the Laplace negative log-likelihood (postprocess.obstacle_depth_confidence can also rank by it).
     depth_uncertainty: bool = False
+    # Training only: every memory token also regresses the depth of the object it would detect, trained by the dense
+    # loss on the box ATSS positives (FCOS3D / MonoDETR's foreground depth; not in the exported graph).
+    dense_depth: bool = False
 
 
 def empty_obstacles() -> dict:
@@ -105,7 +108,7 @@ class ObstacleTask(Task):
         from perception.models.heads.obstacles import ObstacleHead
 
         return ObstacleHead(in_channels, **head.decoder_kwargs(), yaw_bins=head.yaw_bins,
-                            depth_uncertainty=head.depth_uncertainty,
+                            depth_uncertainty=head.depth_uncertainty, dense_depth=head.dense_depth,
                             input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):

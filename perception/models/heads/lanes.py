@@ -140,7 +140,8 @@ class LaneHead(QueryDecoderHead):
                       prefix: str) -> dict[str, torch.Tensor]:
         return {f"{prefix}.visibility": self.visibility_heads[index](queries)}
 
-    def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_extras(self, finest: torch.Tensor, features: torch.Tensor,
+                     anchors: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.marking is not None:  # the marking map is the mask (forward)
             return {}
         return {"lanes.dense.mask": self.mask_probe(finest)}  # (B, 1, h, w) logits, finest level

@@ -15,6 +15,12 @@ depth loss weigh objects by how well the image pins their depth (truncated, occl
 ``postprocess.obstacle_depth_confidence`` the decoder also ranks detections by how likely their depth is within a
 metre (postprocess/obstacles.py; off by default: it cost mAP in the convergence study).
 
+Dense depth (``dense_depth``, training only; FCOS3D / MonoDETR's foreground depth): every memory token also
+predicts the depth code of the object it would detect, from its feature and its anchor (where in the image and at
+which stride it sits), and the dense loss trains it on the box ATSS positives. The 3D terms of the queries learn
+from one matched query per object and decoder layer; this gives the shared tokens (which the selected queries
+start from) a depth signal from a few tokens per object and level. Absent from inference and the exported graph.
+
 The 3D MLP reads the query's own 2D box (detached) beside its feature: a query's feature says what
 the object looks like but not where in the image it is, and the image row of an object's foot and
 its box height are the strongest monocular depth cues (a camera at a fixed height over the road).
@@ -75,10 +81,12 @@ class ObstacleHead(BoxQueryHead):
                  num_queries: int = 100, num_layers: int = 3, num_heads: int = 4, ffn_dim: int = 512,
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0,
                  reference_sampling: bool = True, input_height: int | None = None, cross_attention: str = "dense",
-                 yaw_bins: int = 0, depth_uncertainty: bool = False, **denoising):
+                 yaw_bins: int = 0, depth_uncertainty: bool = False, dense_depth: bool = False, **denoising):
         """``input_height`` (pixels of the network input): turns on the geometric depth prior; ``yaw_bins`` > 0: the
         heading as MultiBin classification + per-bin residual instead of a (sin, cos) regression;
-        ``depth_uncertainty``: also the Laplace scale of the depth code (``obstacles.depth_log_scale``); ``denoising``:
+        ``depth_uncertainty``: also the Laplace scale of the depth code (``obstacles.depth_log_scale``);
+        ``dense_depth``: every token's depth code in training (``obstacles.dense.depth``, for the dense loss);
+        ``denoising``:
         ``BoxQueryHead``'s denoising options."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
@@ -104,6 +112,19 @@ class ObstacleHead(BoxQueryHead):
                 last.bias[7] = 1.0  # yaw (sin, cos) = (0, 1)
             if depth_uncertainty:
                 last.bias[sum(width for _, width in self.layout) - 1] = INITIAL_DEPTH_LOG_SCALE
+        self.dense_depth = None
+        if dense_depth:  # token feature + its anchor -> depth code, as the 3D MLP reads a query and its box
+            self.dense_anchor_embed = nn.Linear(len(BOX_FEATURES), dim)
+            self.dense_depth = MLP(dim, dim, 1, 2)
+            nn.init.zeros_(self.dense_depth.layers[-1].weight)
+            nn.init.constant_(self.dense_depth.layers[-1].bias, 3.0)  # the 3D MLP's starting depth code
+
+    def dense_extras(self, finest: torch.Tensor, features: torch.Tensor,
+                     anchors: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.dense_depth is None:
+            return {}
+        depth = self.dense_depth(features + self.dense_anchor_embed(box_features(anchors)))  # (B, N, 1)
+        return {f"{self.prefix}.dense.depth": depth[..., 0]}
 
     def extra_outputs(self, index: int, queries: torch.Tensor, boxes: torch.Tensor,
                       prefix: str) -> dict[str, torch.Tensor]:
@@ -141,7 +162,8 @@ class ObstacleHead(BoxQueryHead):
         obstacles.velocity [B,Q,2]   (v_x, v_z) m/s, camera frame
         obstacles.attribute [B,Q,A]  attribute logits
         In training also ``obstacles.aux{i}.*`` per earlier decoder layer and
-        ``obstacles.enc.{logits,boxes}`` for the selected token proposals (and with ``denoising`` targets,
+        ``obstacles.enc.{logits,boxes}`` for the selected token proposals, ``obstacles.dense.*`` for every token (with
+        ``dense_depth`` also ``obstacles.dense.depth`` [B,N], the depth code) (and with ``denoising`` targets,
         ``obstacles.dn{i}.*`` and ``obstacles.dn.index``: ``denoising.py``).
         """
         return super().forward(levels, denoising)

@@ -14,8 +14,8 @@ geometry (gradient stopped between layers). A head says only what its geometry i
 - ``refine(i, queries, reference)``: layer i's new geometry [B,Q,G];
 - ``attention_box(reference)``: the box [B,Q,4] cxcywh around which deformable cross-attention reads
   (``cross_attention="deformable"``);
-- ``extra_outputs(i, queries, geometry, prefix)`` and ``dense_extras(finest)`` (training only):
-  anything more, e.g. the obstacle head's 3D quantities or the lane head's marking mask.
+- ``extra_outputs(i, queries, geometry, prefix)`` and ``dense_extras(finest, features, anchors)`` (training
+  only): anything more, e.g. the obstacle head's 3D quantities (and per-token depth) or the lane head's marking mask.
 
 Outputs (``<prefix>`` = the head's name): ``<prefix>.logits [B,Q,C]`` (sigmoid, no background class),
 ``<prefix>.<geometry>`` and the extras; in training also ``<prefix>.aux{i}.*`` per earlier layer,
@@ -89,7 +89,10 @@ class QueryDecoderHead(nn.Module):
                       prefix: str) -> dict[str, torch.Tensor]:
         return {}
 
-    def dense_extras(self, finest: torch.Tensor) -> dict[str, torch.Tensor]:
+    def dense_extras(self, finest: torch.Tensor, features: torch.Tensor,
+                     anchors: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Training-only outputs beside the dense loss's: ``finest`` [B,D,h,w] memory level, every token's feature
+        [B,N,D] and anchor [1,N,4] cxcywh."""
         return {}
 
     def denoising_batch(self, targets: list[dict]) -> DenoisingBatch | None:
@@ -128,7 +131,7 @@ class QueryDecoderHead(nn.Module):
             outputs[f"{p}.dense.logits"] = enc_logits  # (B, N, C)
             outputs[f"{p}.dense.features"] = features  # (B, N, D)
             outputs[f"{p}.dense.anchors"] = anchors.expand(features.shape[0], -1, -1)  # (B, N, 4)
-            outputs.update(self.dense_extras(finest))
+            outputs.update(self.dense_extras(finest, features, anchors))
         reference = reference.detach()
         dn = self.denoising_batch(denoising) if denoising is not None and self.training else None
         k, self_mask = 0, None  # denoising queries come first: [:, :k]
