@@ -44,7 +44,7 @@ def build_datamodule(cfg: ExperimentConfig | MotionExperimentConfig):
         cameras=list(cfg.cameras), input_size=tuple(cfg.input_size), batch_size=cfg.batch_size,
         val_batch_size=cfg.val_batch_size, num_workers=cfg.num_workers, cache_root=cfg.cache_root,
         drivable_max_range=cfg.drivable_max_range, scale_range=cfg.augment.scale_range,
-        flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric,
+        flip_prob=cfg.augment.flip_prob, photometric=cfg.augment.photometric, hue=cfg.augment.hue,
         keep_principal_row=cfg.augment.keep_principal_row, seed=cfg.seed, bdd100k=cfg.bdd100k,
         lane_cameras=cfg.lane_cameras, min_visibility=cfg.min_obstacle_visibility, tasks=cfg.model.heads.tasks)
 

@@ -91,3 +91,40 @@ def test_noise_has_the_drawn_spread():
     assert 5.5 < noisy.std() < 6.5
     again = photometric.add_noise(grey, 6.0, np.random.default_rng(1))
     assert not np.array_equal(noisy, again)  # another window of the bank
+
+
+def _hue_degrees(image: np.ndarray) -> np.ndarray:
+    """Per-pixel hue angle (degrees) in the opponent-colour plane of RGB [..., 3]."""
+    rgb = image.reshape(-1, 3).astype(float)
+    return np.degrees(np.arctan2((rgb[:, 1] - rgb[:, 2]) * np.sqrt(3) / 2, rgb[:, 0] - (rgb[:, 1] + rgb[:, 2]) / 2))
+
+
+def test_hue_range_zero_keeps_every_colour_hue_and_every_other_draw():
+    """augment.hue=0 (CameraTransform(hue=0)): brightness, contrast and saturation still jitter, the hue of every
+    colour stays (synthetic classes differ by colour), and the generator advances as with a hue range, so the rest
+    of an item's augmentation is the same."""
+    colours = np.array([[40, 84, 150], [150, 30, 35], [150, 60, 100], [150, 70, 20], [30, 140, 140]], np.uint8)
+    image = np.repeat(colours[:, None], 8, axis=1)  # (5, 8, 3): patches of saturated colours, clear of clipping
+    no_hue, hue = (Photometric(hue=h, jitter_p=1.0, noise_p=0.0, blur_p=0.0) for h in (0.0, 0.03))
+    shifted = []
+    for seed in range(6):
+        rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+        kept, rotated = no_hue(image, rng_a), hue(image, rng_b)
+        assert rng_a.random() == rng_b.random()  # the same draws were made
+        difference = (_hue_degrees(kept) - _hue_degrees(image) + 180) % 360 - 180
+        assert np.abs(difference).max() < 3.0, seed  # uint8 rounding only
+        assert not np.array_equal(kept, image)  # the other jitters still act
+        shifted.append(np.abs((_hue_degrees(rotated) - _hue_degrees(image) + 180) % 360 - 180).max())
+    assert max(shifted) > 4.0  # with a range, some draws turn the hue
+
+
+def test_camera_transform_and_config_take_the_hue_range():
+    from perception.config import ConfigError, parse_config
+    from perception.data.transforms import CameraTransform
+    from tests.conftest import experiment_dict
+
+    assert CameraTransform((224, 448), train=True, hue=0.0).photometric.hue == 0.0
+    assert CameraTransform((224, 448), train=True).photometric.hue == 0.03
+    assert parse_config(experiment_dict("/unused", augment=dict(hue=0.0))).augment.hue == 0.0
+    with pytest.raises(ConfigError, match=r"augment.hue must be within \[0, 0.5\].*got 0.7"):
+        parse_config(experiment_dict("/unused", augment=dict(hue=0.7)))

@@ -134,6 +134,9 @@ class AugmentConfig:
     scale_range: tuple = (0.9, 1.15)
     flip_prob: float = 0.5
     photometric: bool = True
+    # Hue shift range of the photometric jitter, in turns of the colour wheel: each training image's hue is rotated by
+    # a uniform draw in [-hue, hue] (torchvision's ColorJitter convention; 0.03 = +-11 degrees).
+    hue: float = 0.03
     # Crop each training image so that its principal point lands on the row it has in evaluation (as far as the
     # resized image reaches): the row of an object's foot then means the same depth in every crop. Off: the crop
     # is drawn within 15 % of the input height above the bottom (perception.data.transforms).
@@ -221,6 +224,8 @@ def validate(cfg: ExperimentConfig) -> None:
                           f"{cfg.matcher.dense_class_positives!r}")
     if not 0.0 <= cfg.min_obstacle_visibility < 1.0:
         raise ConfigError(f"min_obstacle_visibility must be in [0, 1), got {cfg.min_obstacle_visibility}")
+    if not 0.0 <= cfg.augment.hue <= 0.5:
+        raise ConfigError(f"augment.hue must be within [0, 0.5] (turns of the colour wheel), got {cfg.augment.hue}")
     low, high = cfg.augment.scale_range
     if not 0 < low <= high:
         raise ConfigError(f"augment.scale_range must be 0 < low <= high, got {cfg.augment.scale_range}")

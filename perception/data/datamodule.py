@@ -31,7 +31,8 @@ class NuScenesDataModule(L.LightningDataModule):
     def __init__(self, data_root: str, version: str, train_split: str, val_split: str, cameras: list[str],
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
-                 flip_prob: float = 0.5, photometric: bool = True, keep_principal_row: bool = False, seed: int = 0,
+                 flip_prob: float = 0.5, photometric: bool = True, hue: float = 0.03, keep_principal_row: bool = False,
+                 seed: int = 0,
                  bdd100k=None, lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0, tasks: tuple = ()):
         """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None.
         ``tasks``: the task specs whose targets items carry and batches collate (perception.tasks)."""
@@ -49,7 +50,7 @@ class NuScenesDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.cache_root = cache_root or default_cache_root(self.data_root)
         self.drivable_max_range = drivable_max_range
-        self.augment = dict(scale_range=tuple(scale_range), flip_prob=flip_prob, photometric=photometric,
+        self.augment = dict(scale_range=tuple(scale_range), flip_prob=flip_prob, photometric=photometric, hue=hue,
                             keep_principal_row=keep_principal_row)
         self.seed = seed
         self.bdd100k = bdd100k

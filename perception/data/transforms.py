@@ -46,14 +46,17 @@ class CameraTransform:
     """Callable producing a dict with the transformed sample (see ``__call__``)."""
 
     def __init__(self, input_size: tuple[int, int], train: bool, scale_range=(0.9, 1.15), flip_prob: float = 0.5,
-                 photometric: bool = True, seed: int | None = None, keep_principal_row: bool = False):
+                 photometric: bool = True, seed: int | None = None, keep_principal_row: bool = False,
+                 hue: float = 0.03):
         self.input_height, self.input_width = input_size
         self.train = train
         self.scale_range = scale_range
         self.flip_prob = flip_prob
         self.keep_principal_row = keep_principal_row
         self.rng = np.random.default_rng(seed)
-        self.photometric = Photometric() if train and photometric else None
+        # hue: the jitter's hue shift range in turns (0: none; the draw still happens, so the rest of an item's
+        # augmentation is the same as with any other range)
+        self.photometric = Photometric(hue=hue) if train and photometric else None
 
     def reseed(self, rng: np.random.Generator) -> None:
         """Make the next item's augmentation a function of ``rng`` (see perception.data.sampling)."""
