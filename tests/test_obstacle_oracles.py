@@ -81,3 +81,20 @@ def test_each_oracle_repairs_its_own_error(devkit):
     assert scores["class"]["mean_ap"] > scores["as"]["mean_ap"]
     # both: all but the few detections whose bearing also meets another annotation at a closer range ratio
     assert scores["both"]["mean_ap"] > 0.9
+
+
+def test_obstacle_oracles_bench_smoke(devkit, small_dataset, tmp_path):
+    """The script end to end on a submission file (make test runs every bench at toy size)."""
+    import json
+    import subprocess
+    import sys
+
+    nusc, _, gt = devkit
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_planted_submission(gt, _bench().ego_positions(nusc, gt.sample_tokens))))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_ALBUMENTATIONS_UPDATE="1")
+    done = subprocess.run([sys.executable, "bench/obstacle_oracles.py", str(path), "--data-root", small_dataset],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("as predicted", "depth oracle", "class oracle", "depth + class oracle"):
+        assert name in done.stdout
