@@ -171,6 +171,9 @@ VARIANTS = {
                     "dense loss on the box ATSS positives (model.heads.obstacles.dense_depth; FCOS3D / MonoDETR's "
                     "foreground depth): a depth signal for the shared tokens the queries start from",
                     {"model.heads.obstacles.dense_depth": True}),
+    "hue_0": ("the training colour jitter without its hue shift (augment.hue=0; brightness, contrast and saturation "
+              "still jitter): the synthetic classes differ by colour, and +-11 degrees of hue moves a motorcycle's red "
+              "onto a pedestrian's pink (20 degrees apart)", {"augment.hue": 0.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
