@@ -32,8 +32,8 @@ class NuScenesDataModule(L.LightningDataModule):
                  input_size: tuple[int, int], batch_size: int, val_batch_size: int, num_workers: int,
                  cache_root: str | None = None, drivable_max_range: float = 60.0, scale_range=(0.9, 1.15),
                  flip_prob: float = 0.5, photometric: bool = True, hue: float = 0.03, keep_principal_row: bool = False,
-                 seed: int = 0,
-                 bdd100k=None, lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0, tasks: tuple = ()):
+                 seed: int = 0, bdd100k=None, lane_cameras=("CAM_FRONT", "CAM_BACK"), min_visibility: float = 0.0,
+                 tasks: tuple = ()):
         """``bdd100k``: a perception.config.Bdd100kConfig (data root, splits, training fraction) or None.
         ``tasks``: the task specs whose targets items carry and batches collate (perception.tasks)."""
         super().__init__()

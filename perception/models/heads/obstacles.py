@@ -86,8 +86,7 @@ class ObstacleHead(BoxQueryHead):
         heading as MultiBin classification + per-bin residual instead of a (sin, cos) regression;
         ``depth_uncertainty``: also the Laplace scale of the depth code (``obstacles.depth_log_scale``);
         ``dense_depth``: every token's depth code in training (``obstacles.dense.depth``, for the dense loss);
-        ``denoising``:
-        ``BoxQueryHead``'s denoising options."""
+        ``denoising``: ``BoxQueryHead``'s denoising options."""
         super().__init__(in_channels, num_classes, dim=dim, num_queries=num_queries, num_layers=num_layers,
                          num_heads=num_heads, ffn_dim=ffn_dim, levels=levels, memory_convs=memory_convs,
                          reference_sampling=reference_sampling, cross_attention=cross_attention, **denoising)
