@@ -8,7 +8,7 @@ import torch
 
 from perception.build import build_model
 from perception.config import parse_config
-from perception.models.backbone import SwinBackbone
+from perception.models.backbone import SHIFTED_WINDOW_MASK, SwinBackbone
 from perception.models.fpn import FPN
 from tests.conftest import TINY_MODEL, experiment_dict
 
@@ -103,3 +103,40 @@ def test_query_heads_propose_only_for_the_selected_tokens_and_get_every_token_pr
             inferred = head.eval()(levels)
             for output in (f"{name}.logits", f"{name}.{geometry}"):
                 torch.testing.assert_close(inferred[output], trained[output], rtol=0, atol=1e-5)
+
+
+
+def _masked_attention_weights(body: torch.nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """The softmax weights of every shifted-window block of a timm Swin, from its explicit (non-fused) path."""
+    captured, hooks = [], []
+    for block in body.modules():
+        if getattr(block, "attn_mask", None) is not None:
+            block.attn.fused_attn = False
+            hooks.append(block.attn.softmax.register_forward_hook(lambda _m, _i, out: captured.append(out)))
+    with torch.no_grad():
+        features = body(images)
+    for hook in hooks:
+        hook.remove()
+    return captured, features
+
+
+def test_shifted_window_masks_give_exact_zeros_not_subnormal_weights():
+    """timm's -100 leaves exp(-100) = 3.7e-44 (a subnormal float32, slow on x86) in every masked weight; the
+    backbone's masks give exact zeros, and its features stay timm's."""
+    torch.manual_seed(0)
+    backbone = SwinBackbone("swin_tiny_patch4_window7_224", (224, 448), **TINY_ARCH).eval()
+    timm_body = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=(224, 448),
+                                  features_only=True, **TINY_ARCH).eval()
+    timm_body.load_state_dict(backbone.body.state_dict())
+    masks = [b.attn_mask for b in backbone.body.modules() if getattr(b, "attn_mask", None) is not None]
+    assert masks and all(set(m.unique().tolist()) == {0.0, SHIFTED_WINDOW_MASK} for m in masks)
+
+    images = torch.randn(2, 3, 224, 448)
+    tiny = torch.finfo(torch.float32).tiny  # the smallest normal float32
+    ours, our_features = _masked_attention_weights(backbone.body, images)
+    timms, timm_features = _masked_attention_weights(timm_body, images)
+    assert sum(int(((w > 0) & (w < tiny)).sum()) for w in timms) > 0  # what the fix is for
+    assert sum(int(((w > 0) & (w < tiny)).sum()) for w in ours) == 0
+    assert sum(int((w == 0).sum()) for w in ours) > 0
+    for a, b in zip(our_features, timm_features):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
