@@ -176,7 +176,8 @@ VARIANTS = {
               "onto a pedestrian's pink (20 degrees apart)", {"augment.hue": 0.0}),
     "backbone_1141": ("four Swin blocks at stride 16 instead of two (model.backbone.depths=[1,1,4,1]; Swin-T has six "
                       "there): the backbone's capacity was never varied, and stride-16 blocks are cheap at 224x448 "
-                      "(392 tokens; +4 % per step on random targets)", {"model.backbone.depths": [1, 1, 4, 1]}),
+                      "(392 tokens; one more block cost +2 % per step on random targets)",
+                      {"model.backbone.depths": [1, 1, 4, 1]}),
     "neck_64": ("a 64-channel FPN instead of 32 (model.neck.channels=64): every head reads its memory from the neck, "
                 "and 32 channels carry class, box and depth for three query heads (+10 % per step on random targets)",
                 {"model.neck.channels": 64}),

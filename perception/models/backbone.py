@@ -15,8 +15,8 @@ STEMS = {"patch": PatchEmbed, "conv": ConvStem}  # timm SwinTransformer's embed_
 SHIFTED_WINDOW_MASK = -1000.0  # additive score of the pairs a shifted window must not mix (zero_masked_attention)
 
 
-def zero_masked_attention(body: nn.Module) -> int:
-    """Give the shifted-window blocks' attention masks exact zeros after the softmax; returns how many changed.
+def zero_masked_attention(body: nn.Module) -> None:
+    """Give the shifted-window blocks' attention masks exact zeros after the softmax.
 
     timm marks the pairs a shifted window must not mix with -100. exp(-100) = 3.7e-44 is a subnormal float32, and
     x86 cores take microcode assists on every multiply with one: in ONNX Runtime the shifted block's attention
@@ -24,13 +24,10 @@ def zero_masked_attention(body: nn.Module) -> int:
     -104 the softmax's exp underflows to exactly 0 in float32 and float16 alike; SHIFTED_WINDOW_MASK stays under
     the export's FP16 activation check (|x| <= 1e4). The softmax changes by at most 4e-44 per weight.
     """
-    changed = 0
     for block in body.modules():
         mask = getattr(block, "attn_mask", None)
         if isinstance(mask, torch.Tensor) and mask.is_floating_point():  # a static buffer (strict_img_size)
             block.attn_mask = torch.where(mask < 0, torch.full_like(mask, SHIFTED_WINDOW_MASK), mask)
-            changed += 1
-    return changed
 
 
 class SwinBackbone(nn.Module):
