@@ -16,7 +16,7 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     overrides = {k: v for k, v in dict(embed_dim=b.embed_dim, depths=b.depths, num_heads=b.num_heads,
                                        window_size=b.window_size).items() if v is not None}
     backbone = SwinBackbone(b.name, input_size, pretrained_path=b.pretrained_path, drop_path_rate=b.drop_path_rate,
-                            stem=b.stem, **overrides)
+                            stem=b.stem, onnx_window_attention=b.onnx_window_attention, **overrides)
     neck = FPN(backbone.channels, cfg.neck.channels)
     heads = {task.name: task.build_head(getattr(cfg.heads, task.name), neck.channels, tuple(input_size))
              for task in cfg.heads.enabled}

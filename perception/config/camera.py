@@ -28,7 +28,10 @@ class BackboneConfig:
     embed_dim: int | None = None
     depths: tuple | None = None
     num_heads: tuple | None = None
-    window_size: int | None = None
+    window_size: int | list | None = None  # one int, or [height, width] (configs/swin_deploy_nuscenes_bdd100k.py)
+    # How window attention is written in an exported ONNX graph: "per_head" (no q/k/v split transposes; faster in
+    # ONNX Runtime, perception/models/window_attention.py) or "batched" (timm's form). Training is identical.
+    onnx_window_attention: str = "per_head"
 
 
 @dataclass

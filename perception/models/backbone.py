@@ -10,6 +10,7 @@ from timm.layers import PatchEmbed
 from torch import nn
 
 from perception.models.conv_stem import ConvStem
+from perception.models.window_attention import export_window_attention
 
 STEMS = {"patch": PatchEmbed, "conv": ConvStem}  # timm SwinTransformer's embed_layer
 SHIFTED_WINDOW_MASK = -1000.0  # additive score of the pairs a shifted window must not mix (zero_masked_attention)
@@ -39,12 +40,23 @@ class SwinBackbone(nn.Module):
         pretrained_path: local checkpoint of the same timm model (never a hub download).
         stem: "patch" (Swin's 4x4 patchify convolution) or "conv" (``ConvStem``: two stride-2 3x3 convolutions;
             trained from scratch, so not with ``pretrained_path``).
-        **overrides: architecture overrides passed to timm (embed_dim, depths, num_heads, ...).
+        onnx_window_attention: how the window attention is written in an exported graph: "per_head" (fewer
+            copies; ``perception.models.window_attention``) or "batched" (timm's). Training is the same either way.
+        **overrides: architecture overrides passed to timm (embed_dim, depths, num_heads, window_size, ...);
+            window_size is one int or (height, width).
     """
 
     def __init__(self, name: str, input_size: tuple[int, int], pretrained_path: str | None = None,
-                 drop_path_rate: float = 0.1, stem: str = "patch", **overrides):
+                 drop_path_rate: float = 0.1, stem: str = "patch", onnx_window_attention: str = "per_head",
+                 **overrides):
         super().__init__()
+        window = overrides.get("window_size")
+        if window is not None:
+            sizes = list(window) if isinstance(window, (list, tuple)) else [window]
+            if len(sizes) not in (1, 2) or not all(isinstance(v, int) and v > 0 for v in sizes):
+                raise ValueError(f"model.backbone.window_size {window!r} must be a positive int or a pair of them "
+                                 "(height, width), e.g. 7 or [6, 10]")
+            overrides["window_size"] = sizes[0] if len(sizes) == 1 else tuple(sizes)
         if stem not in STEMS:
             raise ValueError(f"backbone stem {stem!r} is not one of {sorted(STEMS)}")
         if stem != "patch" and pretrained_path:
@@ -60,6 +72,7 @@ class SwinBackbone(nn.Module):
             kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=os.path.abspath(pretrained_path)))
         self.body = timm.create_model(name, **kwargs)
         zero_masked_attention(self.body)
+        export_window_attention(self.body, onnx_window_attention)
         self.channels: list[int] = list(self.body.feature_info.channels())
         self.strides: list[int] = list(self.body.feature_info.reduction())
         self.output_nhwc = str(getattr(self.body, "output_fmt", "NCHW")).endswith("NHWC")
