@@ -67,3 +67,48 @@ def test_fused_path_equals_the_exported_formula():
         q, k, v = (attention._split(proj(x)) for proj in (attention.q_proj, attention.k_proj, attention.v_proj))
         explicit_out = attention.out_proj(scaled_dot_product_attention(q, k, v)[0].transpose(1, 2).reshape(1, 5, 16))
     torch.testing.assert_close(fused_out, explicit_out)
+
+
+def test_exported_cross_attention_projects_the_queries_not_the_memory():
+    """Few queries over a long memory export with the key and value projections moved to the query side: the same
+    outputs as projecting the memory (non-zero biases included), and ONNX Runtime agrees with eager PyTorch."""
+    import numpy as np
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4, long_memory=True).eval()
+    with torch.no_grad():
+        for proj in (attention.k_proj, attention.v_proj):
+            proj.bias.normal_()
+    query, memory = torch.randn(2, 3, 16), torch.randn(2, 40, 16)
+    key = memory + torch.randn(2, 40, 16)  # the decoder's keys carry positions, its values do not
+    with torch.no_grad():
+        projected = attention(query, key, memory)  # eager: the memory is projected
+        moved = attention.out_proj(attention._attend_unprojected_memory(query, key, memory))
+    torch.testing.assert_close(moved, projected, atol=1e-5, rtol=1e-5)
+
+    class CrossAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, q, k, v):
+            return self.attention(q, k, v)
+
+    import io
+
+    buffer = io.BytesIO()
+    torch.onnx.export(CrossAttention(), (query, key, memory), buffer, input_names=["q", "k", "v"], opset_version=17,
+                      dynamo=False)
+    session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    (onnx_out,) = session.run(None, {"q": query.numpy(), "k": key.numpy(), "v": memory.numpy()})
+    np.testing.assert_allclose(onnx_out, projected.numpy(), atol=1e-5, rtol=1e-5)
+    import onnx
+
+    graph = onnx.load_from_string(buffer.getvalue()).graph
+    # No (B, Lk, D) projection of the memory in the graph: no matmul's output has the memory's length.
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in onnx.shape_inference.infer_shapes(onnx.load_from_string(buffer.getvalue())).graph.value_info}
+    memory_sized = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm")
+                    and shapes.get(n.output[0], [None])[-1:] == [16] and 40 in shapes.get(n.output[0], [])]
+    assert not memory_sized, memory_sized

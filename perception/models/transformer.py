@@ -47,13 +47,14 @@ class DecoderLayer(nn.Module):
     """Self-attention among queries, cross-attention to memory, FFN; residual + post-LayerNorm.
 
     Positions are added to queries and keys (not values), as in DETR. ``self_mask`` makes the
-    self-attention causal for sequence decoding; ``memory_mask`` hides padded memory tokens.
+    self-attention causal for sequence decoding; ``memory_mask`` hides padded memory tokens. ``long_memory``: few
+    queries reading thousands of memory tokens (``MultiHeadAttention``).
     """
 
-    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0, long_memory: bool = False):
         super().__init__()
         self.self_attn = MultiHeadAttention(dim, num_heads, dropout)
-        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, dropout, long_memory=long_memory)
         self.ffn = FeedForward(dim, ffn_dim, dropout)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)

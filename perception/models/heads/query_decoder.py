@@ -62,7 +62,8 @@ class QueryDecoderHead(nn.Module):
             self.layers = nn.ModuleList(DeformableDecoderLayer(dim, num_heads, ffn_dim, num_levels=len(levels))
                                         for _ in range(num_layers))
         else:
-            self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim) for _ in range(num_layers))
+            self.layers = nn.ModuleList(DecoderLayer(dim, num_heads, ffn_dim, long_memory=True)
+                                        for _ in range(num_layers))
         self.class_heads = nn.ModuleList(nn.Linear(dim, num_classes) for _ in range(num_layers))
         self.samplers = nn.ModuleList(ReferenceSampler(dim, num_sample_points) for _ in range(num_layers)) \
             if reference_sampling else None
