@@ -228,6 +228,16 @@ def test_export_tool_writes_a_checked_model_from_a_folder_of_images(small_datase
     assert int8["int8"]["calibration"] == {"method": "percentile", "images": 2, "source": str(folder)}
     assert int8["int8"]["quantize_nodes"] > 50 and not int8["checks"]["int8_problems"]
     assert int8["fp32_model"] == "demo.onnx" and "structural checks passed" in result.stdout
+    # The fp32 graph writes window attention per head; the Q/DQ copy is quantized from timm's batched layout (its
+    # q/k/v split is the one 5-D Transpose in the graph), and the batched twin it came from is gone.
+    def five_d_transposes(path):
+        model = onnx.shape_inference.infer_shapes(onnx.load(path))
+        ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in model.graph.value_info}
+        return sum(n.op_type == "Transpose" and ranks.get(n.output[0]) == 5 for n in model.graph.node)
+
+    assert int8["int8"]["window_attention"] == "batched"
+    assert five_d_transposes(out) == 0 and five_d_transposes(str(tmp_path / "demo.int8.onnx")) > 0
+    assert sorted(os.listdir(tmp_path)) == ["demo.int8.json", "demo.int8.onnx", "demo.json", "demo.onnx", "images"]
 
 
 def test_export_tool_names_a_missing_image_folder(tmp_path, capsys):

@@ -11,7 +11,14 @@ from test_camera_export import INPUT_SIZE, four_task_model  # noqa: F401  (the m
 
 from perception.export.camera_onnx import export_camera_model, synthetic_camera_images
 from perception.export.graph_checks import check_structure, query_set_agreement
-from perception.export.int8 import FLOAT_HEADS, final_projections, head_nodes, int8_path_for, quantize_camera_model
+from perception.export.int8 import (
+    FLOAT_HEADS,
+    activation_matmuls,
+    final_projections,
+    head_nodes,
+    int8_path_for,
+    quantize_camera_model,
+)
 
 # Stated tolerances of the Q/DQ graph against fp32 on an unseen input (random-weight tiny model):
 DENSE_RELATIVE = 0.2  # drivable logits: max |diff| <= 0.2 x max |fp32|
@@ -61,11 +68,17 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_and_float_
     kept = set(report["kept_in_float"])
     fp32_nodes = onnx.load(fp32).graph.node
     heads = head_nodes(onnx.load(fp32), FLOAT_HEADS)
+    learned_names = {t.name for t in onnx.load(fp32).graph.initializer}
     lane_and_light_layers = {n.name for n in fp32_nodes if n.op_type in ("Conv", "MatMul", "Gemm") and n.name in heads}
     # Every layer of the lane and light heads, the Gemm nodes the simplifier renamed included.
     assert {n.name for n in fp32_nodes if n.name.startswith(("/model/lanes/", "/model/lights/"))
             and n.op_type in ("Conv", "MatMul", "Gemm")} < lane_and_light_layers
-    assert kept == set(final_projections(onnx.load(fp32))) | lane_and_light_layers and lane_and_light_layers
+    # Attention's activation x activation matmuls (scores, weighted values) stay float too: the backbone's among them.
+    attention_products = set(activation_matmuls(onnx.load(fp32)))
+    assert any("/backbone/" in name for name in attention_products)
+    assert all(len([i for i in n.input if i in learned_names]) == 0 for n in fp32_nodes if n.name in attention_products)
+    assert kept == set(final_projections(onnx.load(fp32))) | lane_and_light_layers | attention_products
+    assert lane_and_light_layers
     fp32_graph = onnx.load(fp32).graph
     learned = {t.name for t in fp32_graph.initializer}
     checked = 0

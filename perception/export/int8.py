@@ -55,6 +55,16 @@ def final_projections(model) -> list[str]:
     return sorted(found)
 
 
+def activation_matmuls(model) -> list[str]:
+    """Names of the MatMul nodes whose two inputs are both activations (no weight): attention's scores q k^T and
+    its weighted sum of values. Their inputs' ranges differ per image and per head, and a softmax's weights are
+    mostly near 0 with a few near 1, which one INT8 scale per tensor resolves badly."""
+    constants = {init.name for init in model.graph.initializer}
+    constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    return [node.name for node in model.graph.node
+            if node.op_type == "MatMul" and not any(name in constants for name in node.input)]
+
+
 def head_nodes(model, tasks: tuple[str, ...]) -> set[str]:
     """Names of the nodes whose results reach only the outputs of ``tasks`` (``<task>.*``): those heads.
 
@@ -113,7 +123,7 @@ def quantize_camera_model(fp32_path: str, int8_path: str, calibration_images: np
         raise ValueError(f"calibration method {method!r}: use one of {sorted(methods)}")
     heads = head_nodes(model, tuple(float_heads))
     in_float_heads = {n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS and n.name in heads}
-    excluded = sorted(set(final_projections(model)) | in_float_heads)
+    excluded = sorted(set(final_projections(model)) | in_float_heads | set(activation_matmuls(model)))
     reader = _Batches(graph_input.name, np.ascontiguousarray(calibration_images, np.float32), batch)
     # No quant_pre_process: its ONNX Runtime graph optimisations would leave runtime-specific ops in the graph
     # (the quantizer logs a warning suggesting it, and progress lines: quiet while it runs).
