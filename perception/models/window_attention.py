@@ -10,7 +10,8 @@ outputs are concatenated once before the projection.
 Measured on the deployment graph (ONNX Runtime, 2 threads, batch 1, Intel Xeon, 2026-12-05): per head up
 to 8 heads, timm's batched form at 16, 97.9 ms against 102.5 (each graph in its own processes); per head at
 16 heads too was slower (16 small matmul chains cost more than the transposes they save). Training and eager
-inference keep timm's forward (PyTorch's fused attention kernel); only ``torch.onnx.export`` sees this one.
+inference keep timm's forward (PyTorch's fused attention kernel); only ``torch.onnx.export`` sees this one. The INT8
+(Q/DQ) export quantizes a batched graph instead (``exported_window_attention``).
 """
 
 from __future__ import annotations
