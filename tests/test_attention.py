@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
+import onnx
+import onnxruntime as ort
 import torch
 
 from perception.models.attention import (
@@ -72,9 +77,6 @@ def test_fused_path_equals_the_exported_formula():
 def test_exported_cross_attention_projects_the_queries_not_the_memory():
     """Few queries over a long memory export with the key and value projections moved to the query side: the same
     outputs as projecting the memory (non-zero biases included), and ONNX Runtime agrees with eager PyTorch."""
-    import numpy as np
-    import onnxruntime as ort
-
     torch.manual_seed(0)
     attention = MultiHeadAttention(16, 4, long_memory=True).eval()
     with torch.no_grad():
@@ -95,20 +97,23 @@ def test_exported_cross_attention_projects_the_queries_not_the_memory():
         def forward(self, q, k, v):
             return self.attention(q, k, v)
 
-    import io
-
     buffer = io.BytesIO()
     torch.onnx.export(CrossAttention(), (query, key, memory), buffer, input_names=["q", "k", "v"], opset_version=17,
                       dynamo=False)
     session = ort.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
     (onnx_out,) = session.run(None, {"q": query.numpy(), "k": key.numpy(), "v": memory.numpy()})
     np.testing.assert_allclose(onnx_out, projected.numpy(), atol=1e-5, rtol=1e-5)
-    import onnx
+    assert not _memory_projections(buffer.getvalue(), memory_length=40, dim=16)
+    attention.long_memory = False  # the same export with the memory projected: the check sees its projections
+    buffer = io.BytesIO()
+    torch.onnx.export(CrossAttention(), (query, key, memory), buffer, input_names=["q", "k", "v"], opset_version=17,
+                      dynamo=False)
+    assert len(_memory_projections(buffer.getvalue(), memory_length=40, dim=16)) == 2
 
-    graph = onnx.load_from_string(buffer.getvalue()).graph
-    # No (B, Lk, D) projection of the memory in the graph: no matmul's output has the memory's length.
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in onnx.shape_inference.infer_shapes(onnx.load_from_string(buffer.getvalue())).graph.value_info}
-    memory_sized = [n.name for n in graph.node if n.op_type in ("MatMul", "Gemm")
-                    and shapes.get(n.output[0], [None])[-1:] == [16] and 40 in shapes.get(n.output[0], [])]
-    assert not memory_sized, memory_sized
+
+def _memory_projections(graph_bytes: bytes, memory_length: int, dim: int) -> list[str]:
+    """MatMul / Gemm nodes of an ONNX graph whose output is a (B, memory_length, dim) projection of the memory."""
+    model = onnx.shape_inference.infer_shapes(onnx.load_from_string(graph_bytes))
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.value_info}
+    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm")
+            and shapes.get(n.output[0], [])[-2:] == [memory_length, dim]]
