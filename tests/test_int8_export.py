@@ -66,21 +66,21 @@ def test_only_conv_and_matmul_weights_are_int8_and_output_projections_and_float_
     for node in weight_dequantize:  # INT8 weights feed only the ops TensorRT runs in INT8
         assert {c.op_type for c in consumers[node.output[0]]} <= {"Conv", "MatMul", "Gemm"}
     kept = set(report["kept_in_float"])
-    fp32_nodes = onnx.load(fp32).graph.node
-    heads = head_nodes(onnx.load(fp32), FLOAT_HEADS)
-    learned_names = {t.name for t in onnx.load(fp32).graph.initializer}
+    fp32_model = onnx.load(fp32)
+    fp32_graph = fp32_model.graph
+    fp32_nodes = fp32_graph.node
+    learned = {t.name for t in fp32_graph.initializer}
+    heads = head_nodes(fp32_model, FLOAT_HEADS)
     lane_and_light_layers = {n.name for n in fp32_nodes if n.op_type in ("Conv", "MatMul", "Gemm") and n.name in heads}
     # Every layer of the lane and light heads, the Gemm nodes the simplifier renamed included.
     assert {n.name for n in fp32_nodes if n.name.startswith(("/model/lanes/", "/model/lights/"))
             and n.op_type in ("Conv", "MatMul", "Gemm")} < lane_and_light_layers
     # Attention's activation x activation matmuls (scores, weighted values) stay float too: the backbone's among them.
-    attention_products = set(activation_matmuls(onnx.load(fp32)))
+    attention_products = set(activation_matmuls(fp32_model))
     assert any("/backbone/" in name for name in attention_products)
-    assert all(len([i for i in n.input if i in learned_names]) == 0 for n in fp32_nodes if n.name in attention_products)
-    assert kept == set(final_projections(onnx.load(fp32))) | lane_and_light_layers | attention_products
+    assert not any(name in learned for n in fp32_nodes if n.name in attention_products for name in n.input)
+    assert kept == set(final_projections(fp32_model)) | lane_and_light_layers | attention_products
     assert lane_and_light_layers
-    fp32_graph = onnx.load(fp32).graph
-    learned = {t.name for t in fp32_graph.initializer}
     checked = 0
     for node in fp32_graph.node:
         if (node.name in kept or node.op_type == "LayerNormalization") and node.input[1] in learned:

@@ -63,15 +63,15 @@ class ExportableWindowAttention(WindowAttention):
         return super().forward(x, mask)
 
 
-def export_window_attention(body: torch.nn.Module, layout: str) -> None:
-    """Give every window attention of a timm Swin ``body`` the exported ``layout`` ("per_head" or "batched")."""
+def export_window_attention(model: torch.nn.Module, layout: str) -> None:
+    """Give every window attention of ``model`` (a timm Swin, or a network holding one) the exported ``layout``:
+    "per_head" (``ExportableWindowAttention``) or "batched" (timm's class). Parameters and training are unchanged."""
     if layout not in WINDOW_ATTENTION_LAYOUTS:
         raise ValueError(f"model.backbone.onnx_window_attention {layout!r} is not one of {WINDOW_ATTENTION_LAYOUTS}")
-    if layout == "batched":
-        return
-    for module in body.modules():
-        if type(module) is WindowAttention:
-            module.__class__ = ExportableWindowAttention
+    target = ExportableWindowAttention if layout == "per_head" else WindowAttention
+    for module in model.modules():
+        if isinstance(module, WindowAttention):
+            module.__class__ = target
 
 
 @contextlib.contextmanager
@@ -80,15 +80,10 @@ def exported_window_attention(model: torch.nn.Module, layout: str):
 
     The INT8 export quantizes a "batched" graph: per head, the demo checkpoint's light AP50 moved by +0.08 between
     the fp32 graph and its Q/DQ copy, against -0.006 batched (README, INT8)."""
-    if layout not in WINDOW_ATTENTION_LAYOUTS:
-        raise ValueError(f"window attention layout {layout!r} is not one of {WINDOW_ATTENTION_LAYOUTS}")
-    target = ExportableWindowAttention if layout == "per_head" else WindowAttention
-    modules = [m for m in model.modules() if isinstance(m, WindowAttention)]
-    classes = [type(m) for m in modules]
+    classes = [(module, type(module)) for module in model.modules() if isinstance(module, WindowAttention)]
     try:
-        for module in modules:
-            module.__class__ = target
+        export_window_attention(model, layout)
         yield
     finally:
-        for module, cls in zip(modules, classes):
+        for module, cls in classes:
             module.__class__ = cls
