@@ -8,11 +8,12 @@
     python bench/deployment_latency.py --batch 1 --threads 2 --cfg-options model.backbone.window_size=8   # a variant
 
 In one run: an fp32 2048^3 matmul probe (this machine's practical FLOP/s), the network's GFLOPs
-(2 x MAC), eager and ONNX Runtime latency p50 / p90 after warm-up (runs interleaved so drift hits
-both alike), the ratio ONNX Runtime / eager (target <= 0.8), the achieved GFLOP/s of each as a
-fraction of the probe, ONNX Runtime's time per operator type (what holds it back), and the peak
-resident memory of the export (tools/export_onnx.py with all its checks) and of inference in each
-runtime, each measured in its own process. Random weights unless --checkpoint is given.
+(2 x MAC; by torch's counter and counted in the exported graph, as the peer's graph is counted:
+perception.export.graph_flops), eager and ONNX Runtime latency p50 / p90 after warm-up (runs interleaved
+so drift hits both alike), the ratio ONNX Runtime / eager (target <= 0.8), the achieved GFLOP/s of each
+graph, the peer's included, as a fraction of the probe, ONNX Runtime's time per operator type (what
+holds it back), and the peak resident memory of the export (tools/export_onnx.py with all its checks)
+and of inference in each runtime, each measured in its own process. Random weights unless --checkpoint is given.
 
 ``--int8`` adds the Q/DQ graph of tools/export_onnx.py --int8 (calibrated here on synthetic road
 images: latency does not depend on the calibration) to the interleaved runs. At batch 1, when the
@@ -198,6 +199,8 @@ def main(args) -> int:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from perception.export.graph_flops import graph_flops
+
     torch.set_num_threads(args.threads)
     probe = matmul_probe_gflops()
     cfg, model = _build(args.config, args.checkpoint, args.cfg_options)
@@ -245,6 +248,13 @@ def main(args) -> int:
                     session.run(None, session_feed)
                     times[name].append(time.perf_counter() - start)
         profile = _operator_profile(path, feed, args.threads)
+        # One counting rule for both graphs (2 x multiply-adds of Conv / MatMul / Gemm from the ONNX shapes), so
+        # ours and the peer's fractions of the probe compare like for like
+        graph_gflops = {"ONNX Runtime": graph_flops(path)["gflops"]}
+        if args.int8:
+            graph_gflops["ONNX Runtime INT8"] = graph_gflops["ONNX Runtime"]  # the same arithmetic, quantized
+        if yolop:
+            graph_gflops["YOLOP (peer)"] = graph_flops(yolop)["gflops"]
         isolated = {}
         if args.isolated:
             graphs = {"ONNX Runtime": path, **({"ONNX Runtime INT8": int8_path} if args.int8 else {}),
@@ -260,11 +270,14 @@ def main(args) -> int:
                                                                 if args.cfg_options else ""))
     print(f"fp32 matmul probe (2048^3, torch): {probe:.1f} GFLOP/s (before {probe_before:.1f}, after "
           f"{probe_after:.1f})")
-    print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image)")
-    print(f"{'runtime':<20}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}")
+    print(f"network: {gflops:.2f} GFLOPs per batch ({gflops / args.batch:.2f} per image) by torch's counter, "
+          f"{graph_gflops['ONNX Runtime']:.2f} counted in the exported graph"
+          + (f"; YOLOP graph {graph_gflops['YOLOP (peer)']:.2f}" if "YOLOP (peer)" in graph_gflops else ""))
+    print(f"{'runtime':<20}{'p50 ms':>10}{'p90 ms':>10}{'GFLOP/s':>10}{'of probe':>10}{'peak RSS MB':>13}"
+          "   (GFLOP/s: the graph's own count; eager: torch's)")
     for name, values in times.items():
-        ours = name != "YOLOP (peer)"
-        rate = f"{gflops / p50[name]:>10.1f}{gflops / p50[name] / probe:>10.2f}" if ours else f"{'':>20}"
+        work = graph_gflops.get(name, gflops)
+        rate = f"{work / p50[name]:>10.1f}{work / p50[name] / probe:>10.2f}"
         peak = f"{peaks[name]:>13.0f}" if name in peaks else ""
         print(f"{name:<20}{p50[name] * 1e3:>10.1f}{_percentiles(values)[1] * 1e3:>10.1f}{rate}{peak}")
     print(f"ONNX Runtime / eager latency (p50): {p50['ONNX Runtime'] / p50['PyTorch eager']:.2f} (target <= 0.8)")
@@ -283,7 +296,8 @@ def main(args) -> int:
         print(f"each graph in its own process ({args.isolated} rounds x {args.runs} calls; median over rounds of "
               "each process's median):")
         for name, values in isolated.items():
-            print(f"  {name:<20}{statistics.median(values) * 1e3:>10.1f} ms  (rounds: "
+            fraction = graph_gflops[name] / statistics.median(values) / probe
+            print(f"  {name:<20}{statistics.median(values) * 1e3:>10.1f} ms  {fraction:.2f} of the probe  (rounds: "
                   f"{', '.join(f'{v * 1e3:.0f}' for v in values)})")
         if "YOLOP (peer)" in isolated:
             for name in [n for n in isolated if n != "YOLOP (peer)"]:
@@ -294,7 +308,7 @@ def main(args) -> int:
     print(f"export (tools/export_onnx.py incl. checks): {export_seconds:.1f} s, peak RSS {export_peak:.0f} MB")
     print("ONNX Runtime kernel time by operator: " + ", ".join(f"{op} {share:.0%}" for op, share in profile[:10]))
     matmul_share = sum(share for op, share in profile if "MatMul" in op or "Gemm" in op or op == "Conv")
-    kernels = gflops / (p50["ONNX Runtime"] * matmul_share) / probe
+    kernels = graph_gflops["ONNX Runtime"] / (p50["ONNX Runtime"] * matmul_share) / probe
     print(f"  matmul / gemm / conv kernels: {matmul_share:.0%} of the time, running at {kernels:.2f} of the probe "
           "themselves (small per-window and per-query matrices); the rest is memory-bound (transposes of window "
           "partitioning, GELU, softmax, layer norm, adds)")

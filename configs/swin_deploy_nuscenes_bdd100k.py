@@ -1,8 +1,10 @@
 # Deployment-sized Swin: the four-task network of configs/swin_t_nuscenes_bdd100k.py with the same
 # architecture (Swin stages, patch merging, FPN, the same four heads) at 2/3 of Swin-T's
-# width (embed_dim 64) and one block per stage except three in stage 3, at 384x640: 16.7 GFLOPs
-# (2 x MAC) for backbone + FPN + all four heads, under the 18.5 GFLOPs of YOLOP, the lightest
-# multi-task peer (bench/network_cost.py --config this file --batch 1).
+# width (embed_dim 64) and one block per stage except three in stage 3, at 384x640: 14.2 GFLOPs
+# (2 x MAC) for backbone + FPN + all four heads (bench/network_cost.py --config this file --batch 1;
+# 14.4 counted in the exported graph), under the 18.5 GFLOPs of YOLOP, the lightest multi-task peer
+# (its graph, counted the same way: perception.export.graph_flops); 16.7 in earlier versions, before
+# the deformable box heads and the 6x10 windows below.
 # Wide and shallow because it runs faster for the same FLOPs (ONNX Runtime, batch 1, 2 threads):
 # Swin-T's depths 2-2-6-2 at embed_dim 48 cost 17.8 GFLOPs and ran 227 ms (0.56 of a same-run fp32
 # matmul probe); this one 157 ms (0.64). Small per-head matmuls and memory-bound window shuffles,

@@ -54,7 +54,8 @@ def test_deployment_latency_smoke():
                     "1", "--warmup", "0", "--threads", "2", "--yolop", "", "--isolated", "1",
                     "--cfg-options", "model.heads.lanes.num_layers=1")  # a variant: the options reach every job
     assert "ms" in out and "ONNX Runtime / eager" in out and "options model.heads.lanes.num_layers=1" in out
-    assert "each graph in its own process" in out
+    assert "each graph in its own process" in out and "of the probe" in out
+    assert "counted in the exported graph" in out
 
 
 # The script's other modes run in the extended tier (CI, after `make test`): the same script, so a smoke run
