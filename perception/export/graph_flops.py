@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import onnx
-from onnx import numpy_helper
 
 COUNTED = ("Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger", "ConvInteger", "QLinearConv",
            "QLinearMatMul")
@@ -32,7 +31,7 @@ def _shape_table(model: onnx.ModelProto) -> dict[str, list[int]]:
         if node.op_type == "Constant":
             for attr in node.attribute:
                 if attr.name == "value":
-                    shapes[node.output[0]] = list(numpy_helper.to_array(attr.t).shape)
+                    shapes[node.output[0]] = list(attr.t.dims)  # the shape without decoding the values
     return shapes
 
 
