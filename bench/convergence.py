@@ -35,7 +35,7 @@ VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
              "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
-             "cross-attention in the box heads", {}),
+             "cross-attention in the box heads, training images at one scale", {}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
@@ -181,6 +181,16 @@ VARIANTS = {
     "neck_64": ("a 64-channel FPN instead of 32 (model.neck.channels=64): every head reads its memory from the neck, "
                 "and 32 channels carry class, box and depth for three query heads (+10 % per step on random targets)",
                 {"model.neck.channels": 64}),
+    "scale_jitter": ("training images zoomed by [0.9, 1.15] as the base config does (the demo until run 13; "
+                     "augment.scale_range=[1,1] since): the rig's focal lengths never change, and at 900 steps the "
+                     "zoom spread the data over scales no held-out image has", {"augment.scale_range": [0.9, 1.15]}),
+    "no_colour_jitter": ("the demo without the colour jitter (augment.photometric=False): the synthetic renderer's "
+                         "lighting and colours never vary, so at this budget the jitter might only blur the colour "
+                         "and face-shade cues the classes and headings are read from",
+                         {"augment.photometric": False}),
+    "no_flip": ("the demo without horizontal flips (augment.flip_prob=0): the synthetic world drives on the right, "
+                "and a mirrored image shows traffic on the left that no held-out scene has",
+                {"augment.flip_prob": 0.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
