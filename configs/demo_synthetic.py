@@ -59,7 +59,10 @@ matcher = dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6, light_
 # single rows that snapped to a neighbouring marking kinked otherwise straight lanes. Chosen on 10 fresh held-out
 # nuScenes-format scenes + 10 drives (seed 7; lane F1 0.303 / 0.220 / 0.223 -> 0.313 / 0.237 / 0.241 on run 11's
 # three checkpoints), confirmed on the demo's held-out scenes (0.237 / 0.174 / 0.197 -> 0.271 / 0.207 / 0.224).
-postprocess = dict(obstacle_nms_iou=0.3, light_nms_iou=0.3, lane_score_threshold=0.4, lane_line_fit_px=2.7,
+# Run 13's lanes are kept above 0.45 (2026-12-05: chosen on the seed-7 split, lane F1 of seeds 0 / 1 at 0.4 / 0.45 / 0.5
+# 0.340 / 0.350 / 0.359 and 0.352 / 0.366 / 0.361; confirmed on the demo's held-out scenes at seeds 0 / 1 / 2:
+# 0.321 / 0.353 / 0.368 at 0.4, 0.346 / 0.365 / 0.377 at 0.45; the other metrics do not depend on it).
+postprocess = dict(obstacle_nms_iou=0.3, light_nms_iou=0.3, lane_score_threshold=0.45, lane_line_fit_px=2.7,
                    lane_nms_iou=0.5)
 # Training crops keep each image's principal point on the row evaluation puts it on (convergence study,
 # keep_principal_row: held-out mAP 0.122 / 0.150, NDS 0.200 / 0.217, lane F1 0.247 / 0.249 at seeds 0 / 1 against
