@@ -70,8 +70,9 @@ postprocess = dict(obstacle_nms_iou=0.3, light_nms_iou=0.3, lane_score_threshold
 # Training images at one scale (convergence study, no_scale_jitter, run 13: held-out lane F1 0.321 / 0.353 against
 # 0.293 / 0.317 at seeds 0 / 1 on one Intel Xeon, mAP 0.130 / 0.116 against 0.120 / 0.114, light AP50 0.796 / 0.739
 # against 0.587 / 0.753): the rig's cameras, like nuScenes', never change their focal length, and evaluation sees
-# each at its own; at 900 steps the [0.9, 1.15] zoom only spread the data over scales no held-out image has. Flips stay (without them lane F1 fell to 0.256 at
-# seed 0); the colour jitter stays (without it no clear further gain: lane F1 0.355 / 0.301, mAP 0.117 / 0.134).
+# each at its own; at 900 steps the [0.9, 1.15] zoom only spread the data over scales no held-out image has.
+# Flips stay (without them lane F1 fell to 0.256 at seed 0); the colour jitter stays (without it no clear further
+# gain: lane F1 0.355 / 0.301, mAP 0.117 / 0.134).
 # Real data keeps the base config's zoom (configs/_base_/data_nuscenes.py).
 augment = dict(keep_principal_row=True, scale_range=[1.0, 1.0])
 # The drivable losses are weighted up so they keep their share of the gradient next to three set losses.
