@@ -191,6 +191,10 @@ VARIANTS = {
     "no_flip": ("the demo without horizontal flips (augment.flip_prob=0): the synthetic world drives on the right, "
                 "and a mirrored image shows traffic on the left that no held-out scene has",
                 {"augment.flip_prob": 0.0}),
+    "linear_decay": ("the learning rate falls on a straight line to zero after the warmup instead of a cosine to 0.02 "
+                     "(scheduler.decay=linear, min_lr_ratio=0; Bergsma et al. 2025, \"Straight to Zero\"): the same "
+                     "area under the schedule, less of it early and more in the second half",
+                     {"scheduler.decay": "linear", "scheduler.min_lr_ratio": 0.0}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

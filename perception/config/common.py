@@ -25,11 +25,17 @@ class OptimizerConfig:
     clip_per_part: bool | list = False
 
 
+LR_DECAYS = ("cosine", "linear")
+
+
 @dataclass
 class SchedulerConfig:
     warmup_steps: int = 500
     warmup_ratio: float = 0.001  # LR at step 0, relative to the base LR
-    min_lr_ratio: float = 0.01  # LR at the end of the cosine, relative to the base LR
+    min_lr_ratio: float = 0.01  # LR at the end of the decay, relative to the base LR
+    # Shape of the decay after the warmup: "cosine" (half a cosine) or "linear" (a straight line down to
+    # min_lr_ratio; Bergsma et al. 2025, "Straight to Zero": linear decay to ~0 beat cosine at equal steps).
+    decay: str = "cosine"
 
 
 @dataclass
@@ -74,6 +80,11 @@ def _validate_training(cfg) -> None:
         raise ConfigError("optimizer.clip_per_part clips each part's gradient norm; it needs "
                           "trainer.gradient_clip_algorithm='norm' (the default), got "
                           f"{cfg.trainer['gradient_clip_algorithm']!r}")
+    if cfg.scheduler.decay not in LR_DECAYS:
+        raise ConfigError(f"scheduler.decay must be one of {LR_DECAYS}, got {cfg.scheduler.decay!r}")
+    if not 0.0 <= cfg.scheduler.min_lr_ratio <= 1.0 or not 0.0 <= cfg.scheduler.warmup_ratio <= 1.0:
+        raise ConfigError("scheduler.min_lr_ratio and scheduler.warmup_ratio must be in [0, 1], got "
+                          f"{cfg.scheduler.min_lr_ratio} and {cfg.scheduler.warmup_ratio}")
     if cfg.batch_size < 1 or cfg.val_batch_size < 1 or cfg.num_workers < 0:
         raise ConfigError("batch_size and val_batch_size must be >= 1 and num_workers >= 0")
     if cfg.faults.max_nonfinite_steps < 0 or cfg.faults.max_bad_images < 0:

@@ -1,4 +1,4 @@
-"""AdamW with decay / no-decay and backbone / rest parameter groups, warmup + cosine per step."""
+"""AdamW with decay / no-decay and backbone / rest parameter groups, warmup + cosine or linear decay per step."""
 
 from __future__ import annotations
 
@@ -30,19 +30,20 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig, scheduler: Scheduler
         for (is_backbone, no_decay), params in sorted(groups.items())
     ]
     optimizer = torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas))
-    lr_lambda = warmup_cosine(scheduler, max(int(total_steps), 1))
+    lr_lambda = warmup_then_decay(scheduler, max(int(total_steps), 1))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
-def warmup_cosine(cfg: SchedulerConfig, total_steps: int):
-    """LR multiplier per optimizer step: linear warmup, then cosine down to min_lr_ratio."""
+def warmup_then_decay(cfg: SchedulerConfig, total_steps: int):
+    """LR multiplier per optimizer step: linear warmup, then ``cfg.decay`` (cosine or linear) down to min_lr_ratio."""
     warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
 
     def factor(step: int) -> float:
         if step < warmup:
             return cfg.warmup_ratio + (1.0 - cfg.warmup_ratio) * step / max(warmup, 1)
         progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        remaining = 0.5 * (1.0 + math.cos(math.pi * progress)) if cfg.decay == "cosine" else 1.0 - progress
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * remaining
 
     return factor
