@@ -35,15 +35,20 @@ def build_optimizer(model: nn.Module, cfg: OptimizerConfig, scheduler: Scheduler
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+# Share of the decay still ahead, 1 -> 0, at progress 0 -> 1 through it.
+_DECAY_SHAPES = {"cosine": lambda progress: 0.5 * (1.0 + math.cos(math.pi * progress)),
+                 "linear": lambda progress: 1.0 - progress}
+
+
 def warmup_then_decay(cfg: SchedulerConfig, total_steps: int):
     """LR multiplier per optimizer step: linear warmup, then ``cfg.decay`` (cosine or linear) down to min_lr_ratio."""
+    remaining = _DECAY_SHAPES[cfg.decay]  # scheduler.decay, checked with the config (LR_DECAYS)
     warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
 
     def factor(step: int) -> float:
         if step < warmup:
             return cfg.warmup_ratio + (1.0 - cfg.warmup_ratio) * step / max(warmup, 1)
         progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
-        remaining = 0.5 * (1.0 + math.cos(math.pi * progress)) if cfg.decay == "cosine" else 1.0 - progress
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * remaining
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * remaining(progress)
 
     return factor
