@@ -6,6 +6,7 @@
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --compile-backbone
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --precision fp32 bf16
     python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --mixed
+    python bench/train_step_rate.py --configs configs/demo_synthetic.py --batch-size 8 --mixed --parts
     python bench/train_step_rate.py --device cuda --batch-size 32 --precision bf16 --breakdown \
         --configs configs/swin_t_nuscenes_bdd100k.py
 
@@ -20,6 +21,8 @@ each head run on its labelled images only, as training runs, against every head 
 ``--breakdown`` also times each part of the step on its own (a device sync between parts): the forward, each
 task's criterion with its Hungarian matching apart (host-side), the backward and the optimizer, as median ms and
 share of the step. That says whether a GPU waits on the matching.
+``--parts`` times each network part's forward and backward in the step (backbone, neck, each head with its
+criterion, optimizer): which part a speed change should go after.
 ``--compile-backbone`` also times each config with its backbone under ``torch.compile`` (inductor), from the
 same initial weights, at the last precision given: the one-off compile and the step ratio to eager. On the
 2-core CPU it was no gain (2026-12-02, see the README); it is here for the GPU, where fused kernels and fewer
@@ -154,6 +157,73 @@ def step_breakdown(model, criteria, images, steps: int, warmup: int, device: str
     return {name: statistics.median(values) for name, values in parts.items()}
 
 
+def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dtype,
+               labelled_share: dict | None = None) -> dict[str, float]:
+    """Median ms of each network part in a training step, its forward and backward together: ``backbone``, ``neck``,
+    ``head <task>`` (forward on its labelled images with ``labelled_share``, as training runs; its criterion with the
+    matching; its backward down to the FPN levels), ``optimizer``, and ``step`` (their sum). The graph is cut at the
+    neck's input and output (detached leaves), so each head's backward stops at the levels it reads and the trunk's
+    backward runs once on the summed gradient, as in the joint step; trunk gradient scales and denoising queries
+    are applied as ``PerceptionModel.forward`` applies them."""
+    from perception.losses.task_losses import task_losses
+    from perception.models.gradient_scale import scale_gradient
+    from perception.models.perception_model import run_on_images
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch, _, height, width = images.shape
+    targets = random_targets(batch, height, width, device, labelled_share)
+    autocast = dict(device_type=device, dtype=dtype, enabled=dtype is not None)
+    parts: dict[str, list[float]] = {}
+    for step in range(warmup + steps):
+        times: dict[str, float] = {}
+        _sync(device)
+        start = time.perf_counter()
+        with torch.autocast(**autocast):
+            features = model.backbone(images)
+        _sync(device)
+        times["backbone"] = time.perf_counter() - start
+        begin = time.perf_counter()
+        features_cut = [f.detach().requires_grad_() for f in features]
+        with torch.autocast(**autocast):
+            levels = model.neck(features_cut)
+        levels_cut = [level.detach().requires_grad_() for level in levels]
+        _sync(device)
+        times["neck"] = time.perf_counter() - begin
+        for task, head in model.heads.items():
+            begin = time.perf_counter()
+            factor = model.trunk_gradient_scale.get(task, 1.0)
+            head_levels = [scale_gradient(level, factor) for level in levels_cut] if factor != 1.0 else levels_cut
+            kwargs = ({"denoising": criteria[task].denoising_targets(targets, images.device)}
+                      if task in model.denoising_tasks else {})
+            with torch.autocast(**autocast):
+                if labelled_share is not None:
+                    outputs = run_on_images(head, head_levels, targets[task]["valid"], **kwargs)
+                else:
+                    outputs = head(head_levels, **kwargs)
+                loss = sum(task_losses({task: criteria[task]}, outputs, targets, model.heads).values())
+            loss.backward()
+            _sync(device)
+            times[f"head {task}"] = time.perf_counter() - begin
+        begin = time.perf_counter()
+        torch.autograd.backward(levels, [level.grad for level in levels_cut])
+        _sync(device)
+        times["neck"] += time.perf_counter() - begin
+        begin = time.perf_counter()
+        torch.autograd.backward(features, [f.grad for f in features_cut])
+        _sync(device)
+        times["backbone"] += time.perf_counter() - begin
+        begin = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(device)
+        times["optimizer"] = time.perf_counter() - begin
+        times["step"] = time.perf_counter() - start
+        if step >= warmup:
+            for name, seconds in times.items():
+                parts.setdefault(name, []).append(seconds * 1e3)
+    return {name: statistics.median(values) for name, values in parts.items()}
+
+
 def profile_losses(model, criteria, images, device: str, dtype, top: int) -> None:
     """One step's criteria under cProfile (host time; on CUDA, waits for the device show up in the calls that
     copy to the host) and, on CUDA, the number of host-device syncs they make: what keeps the GPU waiting."""
@@ -206,10 +276,10 @@ def profile_step(model, criteria, images, device: str, dtype, top: int) -> None:
     print(profiler.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=60), flush=True)
 
 
-def print_breakdown(parts: dict[str, float], batch: int) -> None:
+def print_breakdown(parts: dict[str, float], batch: int, title: str = "breakdown") -> None:
     step = parts["step"]
     line = "  ".join(f"{name} {ms:.1f} ({ms / step:.0%})" for name, ms in parts.items() if name != "step")
-    print(f"  breakdown, ms (share of the step {step:.1f} ms = {batch / step * 1e3:.1f} img/s): {line}", flush=True)
+    print(f"  {title}, ms (share of the step {step:.1f} ms = {batch / step * 1e3:.1f} img/s): {line}", flush=True)
 
 
 def main() -> int:
@@ -226,6 +296,9 @@ def main() -> int:
     parser.add_argument("--breakdown", action="store_true",
                         help="also time each part of the step alone: forward, each criterion and its matching, "
                              "backward, optimizer")
+    parser.add_argument("--parts", action="store_true",
+                        help="also time each network part's forward + backward in the step: backbone, neck, each head "
+                             "with its criterion (on its labelled images with --mixed), optimizer")
     parser.add_argument("--profile-losses", type=int, default=0, metavar="N",
                         help="with --breakdown: also print the N functions with the most host time in one step's "
                              "criteria (cProfile) and, on CUDA, the number of host-device syncs they make")
@@ -281,6 +354,10 @@ def main() -> int:
                     profile_losses(model, criteria, images, args.device, dtype, args.profile_losses)
                 if args.profile_step:
                     profile_step(model, criteria, images, args.device, dtype, args.profile_step)
+            if args.parts:
+                model.load_state_dict(initial)
+                print_breakdown(step_parts(model, criteria, images, args.steps, args.warmup, args.device, dtype, share),
+                                args.batch_size, title="parts (forward + backward)")
             if args.mixed:  # the baseline: every head on every image (the unlabelled rows' outputs are unused)
                 model.load_state_dict(initial)
                 every = statistics.median(step_times(model, criteria, images, args.steps, args.warmup, args.device,

@@ -27,9 +27,11 @@ def run_bench(*args: str, timeout: int = 600) -> str:
 
 def test_train_step_rate_smoke():
     out = run_bench("bench/train_step_rate.py", "--configs", "configs/demo_synthetic.py", "--steps", "1",
-                    "--warmup", "0", "--batch-size", "2", "--precision", "fp32", "bf16", "--mixed")
+                    "--warmup", "0", "--batch-size", "2", "--precision", "fp32", "bf16", "--mixed", "--parts")
     assert "fp32" in out and "bf16" in out and out.count("steps/s") == 2
     assert out.count("every head on every image") == 2
+    parts = [line for line in out.splitlines() if "parts (forward + backward)" in line]
+    assert len(parts) == 2 and all(f"head {task}" in parts[0] for task in ("drivable", "obstacles", "lanes", "lights"))
 
 
 def test_data_loading_smoke():
