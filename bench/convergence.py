@@ -36,6 +36,9 @@ VARIANTS = {
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
              "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
              "cross-attention in the box heads, training images at one scale", {}),
+    "adam_beta2_0.99": ("AdamW's second-moment decay at 0.99 instead of the library's 0.999: at 0.999 the "
+                        "squared-gradient average spans about 1000 steps, the whole 900-step run",
+                        {"optimizer.betas": [0.9, 0.99]}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",

@@ -1,4 +1,4 @@
-"""The per-step learning-rate schedule (warmup, then a cosine or linear decay) and its config checks."""
+"""The per-step learning-rate schedule (warmup, then a cosine or linear decay), AdamW's betas, their config checks."""
 
 import math
 
@@ -55,3 +55,15 @@ def test_scheduler_steps_the_optimizer_groups_with_the_backbone_multiplier():
 def test_bad_schedule_values_are_config_errors(options, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(load_config("configs/demo_synthetic.py", options))
+
+
+def test_adam_betas_reach_every_parameter_group():
+    model = nn.ModuleDict({"backbone": nn.Linear(2, 2), "head": nn.Linear(2, 2)})
+    built = build_optimizer(model, OptimizerConfig(lr=1e-3, betas=(0.9, 0.99)), SchedulerConfig(), total_steps=4)
+    assert {tuple(group["betas"]) for group in built["optimizer"].param_groups} == {(0.9, 0.99)}
+
+
+@pytest.mark.parametrize("betas", [[0.9, 1.0], [0.9], [0.9, -0.1], [0.9, "0.99"], 0.99])
+def test_bad_adam_betas_are_config_errors(betas):
+    with pytest.raises(ConfigError, match="optimizer.betas must be two numbers in"):
+        parse_config(load_config("configs/demo_synthetic.py", {"optimizer.betas": betas}))

@@ -68,6 +68,10 @@ def _validate_training(cfg) -> None:
     """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
     if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
+    betas = cfg.optimizer.betas
+    if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
+        raise ConfigError(f"optimizer.betas must be two numbers in [0, 1) (AdamW's moment decays), got {betas!r}")
     if not 0.0 <= cfg.optimizer.ema_decay < 1.0:
         raise ConfigError(f"optimizer.ema_decay must be in [0, 1) (0: off), got {cfg.optimizer.ema_decay}")
     clip = cfg.optimizer.clip_per_part
