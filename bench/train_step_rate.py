@@ -205,11 +205,13 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
             _sync(device)
             times[f"head {task}"] = time.perf_counter() - begin
         begin = time.perf_counter()
-        torch.autograd.backward(levels, [level.grad for level in levels_cut])
+        reached = [(level, cut.grad) for level, cut in zip(levels, levels_cut) if cut.grad is not None]
+        torch.autograd.backward(*zip(*reached))  # a level no head reads has no gradient
         _sync(device)
         times["neck"] += time.perf_counter() - begin
         begin = time.perf_counter()
-        torch.autograd.backward(features, [f.grad for f in features_cut])
+        reached = [(f, cut.grad) for f, cut in zip(features, features_cut) if cut.grad is not None]
+        torch.autograd.backward(*zip(*reached))
         _sync(device)
         times["backbone"] += time.perf_counter() - begin
         begin = time.perf_counter()
