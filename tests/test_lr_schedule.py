@@ -67,3 +67,27 @@ def test_adam_betas_reach_every_parameter_group():
 def test_bad_adam_betas_are_config_errors(betas):
     with pytest.raises(ConfigError, match="optimizer.betas must be two numbers in"):
         parse_config(load_config("configs/demo_synthetic.py", {"optimizer.betas": betas}))
+
+
+def test_head_betas_give_that_head_groups_of_its_own():
+    model = nn.ModuleDict({"backbone": nn.Linear(2, 2),
+                           "heads": nn.ModuleDict({"lanes": nn.Linear(2, 2), "obstacles": nn.Linear(2, 2)})})
+    built = build_optimizer(model, OptimizerConfig(lr=1e-3, betas=(0.9, 0.99), head_betas={"lanes": [0.9, 0.999]}),
+                            SchedulerConfig(), total_steps=4)
+    groups = {group["name"]: group for group in built["optimizer"].param_groups}
+    assert set(groups) == {"backbone", "backbone_no_decay", "heads", "heads_no_decay", "heads.lanes",
+                           "heads.lanes_no_decay"}
+    assert groups["heads.lanes"]["betas"] == (0.9, 0.999) and groups["heads"]["betas"] == (0.9, 0.99)
+    assert groups["backbone"]["betas"] == (0.9, 0.99)
+    lanes = {id(p) for p in model["heads"]["lanes"].parameters()}
+    assert {id(p) for p in groups["heads.lanes"]["params"] + groups["heads.lanes_no_decay"]["params"]} == lanes
+
+
+@pytest.mark.parametrize("head_betas, message", [
+    ({"lane": [0.9, 0.999]}, "optimizer.head_betas has keys \\['lane'\\], which are not heads"),
+    ({"lanes": [0.9, 1.5]}, "optimizer.head_betas.lanes must be two numbers in"),
+    ([0.9, 0.999], "optimizer.head_betas must map head names to betas"),
+])
+def test_bad_head_betas_are_config_errors(head_betas, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(load_config("configs/demo_synthetic.py", {"optimizer.head_betas": head_betas}))

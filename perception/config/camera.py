@@ -248,6 +248,9 @@ def validate(cfg: ExperimentConfig) -> None:
     unknown = [name for name in clip if name not in heads] if isinstance(clip, (list, tuple)) else []
     if unknown:
         raise ConfigError(f"optimizer.clip_per_part lists {unknown}, which are not heads; heads are {heads}")
+    unknown = [name for name in (cfg.optimizer.head_betas or {}) if name not in heads]
+    if unknown:
+        raise ConfigError(f"optimizer.head_betas has keys {unknown}, which are not heads; heads are {heads}")
     if not cfg.model.heads.enabled:
         raise ConfigError("model.heads enables no head; set at least one of "
                           f"{[t.name for t in cfg.model.heads.tasks]}")

@@ -15,6 +15,9 @@ class OptimizerConfig:
     weight_decay: float = 0.05
     backbone_lr_mult: float = 0.1
     betas: tuple = (0.9, 0.999)
+    # Per head name, AdamW's betas for that head's own weights (its optimizer groups are its own); every other
+    # weight takes ``betas``. E.g. a short schedule's 0.99 for the trunk and box heads, 0.999 for the lanes.
+    head_betas: dict | None = None
     # > 0: evaluate and export an exponential moving average of the weights (perception.training.ema);
     # 0: the raw weights.
     ema_decay: float = 0.0
@@ -64,14 +67,22 @@ def _validate_duration(trainer: dict) -> None:
         raise ConfigError("trainer.max_steps and trainer.max_epochs are both -1: the run would never end; set one")
 
 
+def _check_betas(key: str, betas) -> None:
+    if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
+        raise ConfigError(f"{key} must be two numbers in [0, 1) (AdamW's moment decays), got {betas!r}")
+
+
 def _validate_training(cfg) -> None:
     """Checks shared by every task: optimizer, batch sizes, trainer keys, loss weights."""
     if cfg.optimizer.lr <= 0 or cfg.optimizer.backbone_lr_mult < 0 or cfg.optimizer.weight_decay < 0:
         raise ConfigError(f"optimizer needs lr > 0, backbone_lr_mult >= 0, weight_decay >= 0; got {cfg.optimizer}")
-    betas = cfg.optimizer.betas
-    if (not isinstance(betas, (list, tuple)) or len(betas) != 2
-            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
-        raise ConfigError(f"optimizer.betas must be two numbers in [0, 1) (AdamW's moment decays), got {betas!r}")
+    _check_betas("optimizer.betas", cfg.optimizer.betas)
+    head_betas = cfg.optimizer.head_betas or {}
+    if not isinstance(head_betas, dict):
+        raise ConfigError(f"optimizer.head_betas must map head names to betas, got {head_betas!r}")
+    for name, betas in head_betas.items():
+        _check_betas(f"optimizer.head_betas.{name}", betas)
     if not 0.0 <= cfg.optimizer.ema_decay < 1.0:
         raise ConfigError(f"optimizer.ema_decay must be in [0, 1) (0: off), got {cfg.optimizer.ema_decay}")
     clip = cfg.optimizer.clip_per_part
