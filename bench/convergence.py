@@ -41,7 +41,7 @@ VARIANTS = {
                         {"optimizer.betas": [0.9, 0.99]}),
     "adam_beta2_0.99_lanes_0.999": ("adam_beta2_0.99 for the trunk and every head but the lane head, which keeps "
                                     "0.999 (optimizer.head_betas): at 0.99 the obstacles gained and the lanes lost",
-                                    {"optimizer.betas": [0.9, 0.99], "optimizer.head_betas": {"lanes": [0.9, 0.999]}}),
+                                    {"optimizer.betas": [0.9, 0.99], "optimizer.head_betas.lanes": [0.9, 0.999]}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
