@@ -91,6 +91,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def optimizer_step_seconds(optimizer, device: str) -> float:
+    """One AdamW step and zeroing of the gradients, timed with a device sync."""
+    begin = time.perf_counter()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return time.perf_counter() - begin
+
+
+def record(parts: dict[str, list[float]], times: dict[str, float]) -> None:
+    """Append one step's seconds per part to ``parts`` as milliseconds."""
+    for name, seconds in times.items():
+        parts.setdefault(name, []).append(seconds * 1e3)
+
+
 def step_breakdown(model, criteria, images, steps: int, warmup: int, device: str, dtype) -> dict[str, float]:
     """Median ms of each part of a training step, timed with a device sync around each part: ``forward``,
     ``loss <task>`` (its criterion, matching included), ``match <task>`` (its matchers' calls alone: cost
@@ -141,16 +156,11 @@ def step_breakdown(model, criteria, images, steps: int, warmup: int, device: str
             sum(losses.values()).backward()
             _sync(device)
             times["backward"] = time.perf_counter() - begin
-            begin = time.perf_counter()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            _sync(device)
-            times["optimizer"] = time.perf_counter() - begin
+            times["optimizer"] = optimizer_step_seconds(optimizer, device)
             times["step"] = time.perf_counter() - start
             times.update({f"match {task}": seconds for task, seconds in matching.items()})
             if step >= warmup:
-                for name, seconds in times.items():
-                    parts.setdefault(name, []).append(seconds * 1e3)
+                record(parts, times)
     finally:  # the hooks' syncs must not reach the runs and profiles that follow on the same criteria
         for hook in hooks:
             hook.remove()
@@ -214,15 +224,10 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
         torch.autograd.backward(*zip(*reached))
         _sync(device)
         times["backbone"] += time.perf_counter() - begin
-        begin = time.perf_counter()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(device)
-        times["optimizer"] = time.perf_counter() - begin
+        times["optimizer"] = optimizer_step_seconds(optimizer, device)
         times["step"] = time.perf_counter() - start
         if step >= warmup:
-            for name, seconds in times.items():
-                parts.setdefault(name, []).append(seconds * 1e3)
+            record(parts, times)
     return {name: statistics.median(values) for name, values in parts.items()}
 
 
