@@ -173,11 +173,9 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
     ``head <task>`` (forward on its labelled images with ``labelled_share``, as training runs; its criterion with the
     matching; its backward down to the FPN levels), ``optimizer``, and ``step`` (their sum). The graph is cut at the
     neck's input and output (detached leaves), so each head's backward stops at the levels it reads and the trunk's
-    backward runs once on the summed gradient, as in the joint step; trunk gradient scales and denoising queries
-    are applied as ``PerceptionModel.forward`` applies them."""
+    backward runs once on the summed gradient, as in the joint step; each head runs through
+    ``PerceptionModel.head_outputs``, as in ``forward`` (trunk gradient scale, denoising queries, labelled images)."""
     from perception.losses.task_losses import task_losses
-    from perception.models.gradient_scale import scale_gradient
-    from perception.models.perception_model import run_on_images
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, _, height, width = images.shape
@@ -199,17 +197,12 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
         levels_cut = [level.detach().requires_grad_() for level in levels]
         _sync(device)
         times["neck"] = time.perf_counter() - begin
-        for task, head in model.heads.items():
+        denoising = {task: criteria[task].denoising_targets(targets, images.device) for task in model.denoising_tasks}
+        labelled = ({task: targets[task]["valid"] for task in model.heads} if labelled_share is not None else None)
+        for task in model.heads:
             begin = time.perf_counter()
-            factor = model.trunk_gradient_scale.get(task, 1.0)
-            head_levels = [scale_gradient(level, factor) for level in levels_cut] if factor != 1.0 else levels_cut
-            kwargs = ({"denoising": criteria[task].denoising_targets(targets, images.device)}
-                      if task in model.denoising_tasks else {})
             with torch.autocast(**autocast):
-                if labelled_share is not None:
-                    outputs = run_on_images(head, head_levels, targets[task]["valid"], **kwargs)
-                else:
-                    outputs = head(head_levels, **kwargs)
+                outputs = model.head_outputs(task, levels_cut, denoising or None, labelled)
                 loss = sum(task_losses({task: criteria[task]}, outputs, targets, model.heads).values())
             loss.backward()
             _sync(device)

@@ -34,17 +34,22 @@ class PerceptionModel(nn.Module):
         which images [B] (bool) carry its labels; that head then runs on those images alone (``run_on_images``)."""
         levels = self.neck(self.backbone(images))
         outputs: dict[str, torch.Tensor] = {}
-        for name, head in self.heads.items():
-            head_levels = levels
-            factor = self.trunk_gradient_scale.get(name, 1.0)
-            if self.training and factor != 1.0:  # identity forward: inference and export never see it
-                head_levels = [scale_gradient(level, factor) for level in levels]
-            kwargs = {"denoising": denoising[name]} if denoising is not None and name in denoising else {}
-            if labelled is not None and name in labelled:
-                outputs.update(run_on_images(head, head_levels, labelled[name], **kwargs))
-            else:
-                outputs.update(head(head_levels, **kwargs))
+        for name in self.heads:
+            outputs.update(self.head_outputs(name, levels, denoising, labelled))
         return outputs
+
+    def head_outputs(self, name: str, levels: list[torch.Tensor], denoising: dict[str, list[dict]] | None = None,
+                     labelled: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """One head's outputs from the FPN ``levels``, with its trunk gradient scale, denoising queries and labelled
+        images applied as ``forward`` applies them (``bench/train_step_rate.py --parts`` times the heads one by one)."""
+        head_levels = levels
+        factor = self.trunk_gradient_scale.get(name, 1.0)
+        if self.training and factor != 1.0:  # identity forward: inference and export never see it
+            head_levels = [scale_gradient(level, factor) for level in levels]
+        kwargs = {"denoising": denoising[name]} if denoising is not None and name in denoising else {}
+        if labelled is not None and name in labelled:
+            return run_on_images(self.heads[name], head_levels, labelled[name], **kwargs)
+        return self.heads[name](head_levels, **kwargs)
 
 
 def run_on_images(head: nn.Module, levels: list[torch.Tensor], labelled: torch.Tensor,
