@@ -42,6 +42,10 @@ VARIANTS = {
     "adam_beta2_0.99_lanes_0.999": ("adam_beta2_0.99 for the trunk and every head but the lane head, which keeps "
                                     "0.999 (optimizer.head_betas): at 0.99 the obstacles gained and the lanes lost",
                                     {"optimizer.betas": [0.9, 0.99], "optimizer.head_betas.lanes": [0.9, 0.999]}),
+    "obstacles_beta2_0.99": ("only the obstacle head's weights at AdamW beta2 0.99 (optimizer.head_betas), the trunk "
+                             "and the other heads at 0.999: does the obstacle gain of adam_beta2_0.99 live in the "
+                             "head, away from the trunk the lanes share?",
+                             {"optimizer.head_betas.obstacles": [0.9, 0.99]}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",

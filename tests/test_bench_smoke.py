@@ -25,6 +25,15 @@ def run_bench(*args: str, timeout: int = 600) -> str:
     return result.stdout
 
 
+def load_bench_module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_train_step_rate_smoke():
     out = run_bench("bench/train_step_rate.py", "--configs", "configs/demo_synthetic.py", "--steps", "1",
                     "--warmup", "0", "--batch-size", "2", "--precision", "fp32", "bf16", "--mixed", "--parts")
@@ -103,11 +112,7 @@ def test_obstacle_error_smoke(small_dataset, bdd_dataset):
 def test_obstacle_error_foot_row_figures(capsys):
     """The foot-row comparison with random weights matches nothing, so its figures are checked here on hand-made
     rows: a foot row that gives every true depth scores 0, one that is 10 % short scores 0.1 raw and 0 scaled."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("obstacle_error", os.path.join(ROOT, "bench", "obstacle_error.py"))
-    obstacle_error = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(obstacle_error)
+    obstacle_error = load_bench_module("obstacle_error")
     rows = [dict(z=z, dz=0.1 * z, error=0.5, error_direction=0.1, error_depth=0.4, z_foot=0.9 * z, z_foot_true=z,
                  camera_height=1.5) for z in (5.0, 15.0, 25.0, 35.0)]
     obstacle_error.print_translation(rows)
@@ -115,6 +120,40 @@ def test_obstacle_error_foot_row_figures(capsys):
     assert "camera 1.50 m" in out
     assert "the detection's 2D box all 0.100 / 0.000" in out
     assert "the true 2D box        all 0.000 / 0.000" in out
+
+
+def test_lane_error_smoke(small_dataset, bdd_dataset):
+    out = run_bench("bench/lane_error.py", "configs/demo_synthetic.py", "--cfg-options",
+                    f"data_root={small_dataset}", f"bdd100k.data_root={bdd_dataset}")
+    assert "oracle F1" in out and "by shape" in out
+
+
+def test_lane_error_shapes_and_figures(capsys):
+    """The lane breakdown's parts on hand-made lanes: a straight lane bends 0 px, an arc by its sagitta; the oracle
+    matches one-to-one at IoU 0.5; the printed F1s count what the rows say."""
+    import numpy as np
+
+    lane_error = load_bench_module("lane_error")
+    straight = np.array([[100.0, 200.0], [150.0, 100.0], [200.0, 0.0]])
+    assert lane_error.bend_px(straight, 1.0) == pytest.approx(0.0)
+    arc = np.array([[0.0, 0.0], [10.0, 50.0], [0.0, 100.0]])
+    assert lane_error.bend_px(arc, 0.5) == pytest.approx(5.0)
+    assert lane_error.median_dx_px(straight, straight + [3.0, 0.0], 2.0) == pytest.approx(6.0)
+    assert lane_error.median_dx_px(straight, straight + [0.0, 500.0], 1.0) == float("inf")
+    iou = np.array([[0.9, 0.6], [0.7, 0.1]])  # one-to-one: (0, 1) and (1, 0) beat (0, 0) alone
+    assert lane_error.matched_truths(iou).tolist() == [True, True]
+    assert lane_error.matched_truths(np.array([[0.4], [0.2]])).tolist() == [False]
+
+    def row(bend, oracle, found, shipped):
+        return dict(dataset="nuscenes", bend=bend, round_trip=1.0, best_iou=0.6 if oracle else 0.2, best_dx=3.0,
+                    oracle=oracle, found=found, image_shipped=shipped, image_candidates=5)
+
+    # 4 lanes: 3 within reach of a candidate, 2 found by 4 shipped lanes -> F1 2*2 / (4 + 2 + 2) = 0.5
+    lane_error.print_lane_error([row(0.0, True, True, 4), row(1.0, True, True, 0), row(30.0, True, False, 0),
+                                 row(40.0, False, False, 0)])
+    out = capsys.readouterr().out
+    assert "F1 shipped 0.500" in out and "oracle F1 (perfect scores, these candidates) 0.857" in out
+    assert "straight      2   0.50" in out and "curved        2   0.50" in out
 
 
 @pytest.mark.gpu
