@@ -50,6 +50,10 @@ VARIANTS = {
                       "of the held-out ones, are found at 12 % against 48 % of straight ones (bench/lane_error.py), "
                       "and each layer refines the lane's polynomial once more",
                       {"model.heads.lanes.num_layers": 3}),
+    "lane_perspective": ("the lane head's proposals and refinements with a perspective term c / (y - h) beside the "
+                         "cubic (model.heads.lanes.horizon_row=0.4375: the demo's horizon, input row 98 of 224): "
+                         "a lane curving on flat ground sweeps sideways near the horizon as no cubic does",
+                         {"model.heads.lanes.horizon_row": 0.4375}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",

@@ -90,3 +90,44 @@ def test_lane_targets_and_masks_of_a_batch_equal_those_of_each_image_alone():
     assert masks[1].sum() == 0 and masks[0].sum() > 0
     for i in range(3):
         assert torch.equal(masks[i:i + 1], lane_masks(batch[i:i + 1], 56, 112, "cpu"))
+
+
+def test_perspective_term_bends_proposals_through_their_token_and_fits_curved_lanes():
+    """horizon_row adds c / (y - h) to the lane's basis: proposals still pass through their token (the term is 0 at
+    the token's row), start as the cubic (zero-initialised), and the basis fits the image of a curve on flat ground,
+    x = a (y - h) + b + c / (y - h), exactly where the cubic alone cannot."""
+    from perception.models.heads.lanes import perspective_term, row_basis
+
+    torch.manual_seed(0)
+    horizon = 0.4375
+    head = LaneHead(16, dim=32, num_queries=4, num_layers=1, levels=(0, 1), horizon_row=horizon).eval()
+    plain = LaneHead(16, dim=32, num_queries=4, num_layers=1, levels=(0, 1)).eval()
+    assert head.basis.shape == (24, 5) and plain.basis.shape == (24, 4)
+    tokens = torch.randn(1, 6, 32)
+    anchors = torch.tensor([[[0.3, 0.6, 0.1, 0.1], [0.7, 0.9, 0.1, 0.1], [0.5, 0.5, 0.1, 0.1],
+                             [0.2, 0.75, 0.1, 0.1], [0.8, 0.46, 0.1, 0.1], [0.4, 0.98, 0.1, 0.1]]])
+    torch.testing.assert_close(head.propose(tokens, anchors), anchors[..., :1].expand(1, 6, 24))  # zero-initialised
+    with torch.no_grad():
+        head.enc_points.layers[-1].bias.copy_(torch.tensor([0.0, 0.0, 0.0, 0.0, 0.3]))
+    proposals = head.propose(tokens, anchors)  # (1, 6, P): a pure perspective curve through each token
+    expected = anchors[..., :1] + 0.3 * (perspective_term(head.row_y, horizon) - perspective_term(anchors[..., 1:2],
+                                                                                                   horizon))
+    torch.testing.assert_close(proposals, expected)
+    through_token = np.interp(0.75, head.row_y.numpy(), proposals[0, 3].detach().numpy())  # a far-from-h token
+    assert through_token == pytest.approx(0.2, abs=0.01)
+    assert perspective_term(torch.tensor([0.2]), horizon).item() == pytest.approx(0.05 / 0.02)  # clamped above h
+
+    rows = head.row_y.double()
+    below = rows > horizon + 0.04  # rows a lane can be seen on
+    curve = 0.4 * (rows - horizon) + 0.3 + 0.004 / (rows - horizon)  # x of a lane curving on flat ground
+    for basis, exact in ((head.basis.double(), True), (row_basis(24).double(), False)):
+        coef = torch.linalg.lstsq(basis[below], curve[below, None]).solution
+        error = (basis[below] @ coef).squeeze(1) - curve[below]
+        assert (error.abs().max() < 1e-6) == exact
+
+
+def test_horizon_row_out_of_range_is_a_config_error():
+    from perception.config import ConfigError, load_config, parse_config
+
+    with pytest.raises(ConfigError, match="model.heads.lanes.horizon_row"):
+        parse_config(load_config("configs/demo_synthetic.py", {"model.heads.lanes.horizon_row": 1.2}))

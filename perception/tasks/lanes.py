@@ -41,6 +41,11 @@ class LaneHeadConfig(QueryDecoderConfig):
     # With marking_search="row": the corrections found on painted rows, fitted as offset + slope over the rows,
     # move the unpainted rows too (dashed markings' gaps; lane_marking.fit_through_gaps).
     gap_fit: bool = False
+    # The horizon's row in [0, 1] of the input height, or None. Given, proposals and refinements get a perspective
+    # term beside the cubic in y: a lane that curves on flat ground images as x = a (y - h) + b + c / (y - h)
+    # (LSTR), which sweeps sideways near the horizon as no cubic does (models/heads/lanes.py). Needs crops that keep
+    # the principal row fixed (augment.keep_principal_row) so that one row is the horizon of every image.
+    horizon_row: float | None = None
 
 
 class LaneTask(Task):
@@ -78,13 +83,17 @@ class LaneTask(Task):
         if head.gap_fit and not (head.marking_refinement and head.marking_search == "row"):
             raise ConfigError("model.heads.lanes.gap_fit needs model.heads.lanes.marking_refinement=True and "
                               "marking_search='row' (it fits the corrections the row search finds)")
+        if head.horizon_row is not None and not 0.0 <= head.horizon_row < 1.0:
+            raise ConfigError(f"model.heads.lanes.horizon_row must be in [0, 1) of the input height (or None), "
+                              f"got {head.horizon_row}")
 
     def build_head(self, head: LaneHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.lanes import LaneHead
 
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
-                        marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, **head.decoder_kwargs())
+                        marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
+                        **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher
