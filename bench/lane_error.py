@@ -94,10 +94,11 @@ def lane_rows(model, dataset, collate, cfg, batch_size: int = 16) -> list[dict]:
             inverse = np.linalg.inv(affine)
             scale = float(affine[0, 0])  # original px -> input px
             candidates = decode_lanes(outputs, i, (height, width), affine, CANDIDATE_SCORE,
-                                      post.lane_visibility_threshold, post.lane_line_fit_px, None).polylines
+                                      post.lane_visibility_threshold, post.lane_line_fit_px, None,
+                                      post.lane_fit_horizon_row).polylines
             shipped = decode_lanes(outputs, i, (height, width), affine, post.lane_score_threshold,
                                    post.lane_visibility_threshold, post.lane_line_fit_px,
-                                   post.lane_nms_iou).polylines
+                                   post.lane_nms_iou, post.lane_fit_horizon_row).polylines
             iou = lane_iou_matrix(candidates, truth, size)
             oracle = matched_truths(iou)
             found = matched_truths(lane_iou_matrix(shipped, truth, size))

@@ -56,3 +56,30 @@ def test_decode_lanes_puts_each_lane_on_its_line_only_when_asked():
     line = 100.0 + 0.8 * fitted[:, 1]
     assert np.abs(raw[:, 0] - line).max() > 19.0
     assert np.abs(fitted[:, 0] - line).max() < 0.5
+
+
+def test_the_perspective_fit_keeps_a_curved_lane_that_the_line_straightens():
+    """With a horizon the fit is x = a + b y + c / (y - h), the image of a lane curving on flat ground: it keeps
+    such a lane (and its kinks are still pulled back), where the straight line misses it by tens of px."""
+    horizon = 98.0
+    rows = anchor_rows(NUM_POINTS, INPUT_SIZE[0])
+    rows = rows[rows > horizon + 5]
+    curve = np.stack([60.0 + 1.2 * (rows - horizon) + 900.0 / (rows - horizon), rows], axis=1)
+    kinked = curve.copy()
+    kinked[4:6, 0] += 25.0
+    fitted = robust_line_fit(kinked, huber_scale=2.7, horizon_y=horizon)
+    assert np.abs(fitted[:, 0] - curve[:, 0]).max() < 2.0
+    assert np.abs(robust_line_fit(curve, 2.7)[:, 0] - curve[:, 0]).max() > 20.0
+    three = curve[:3]
+    np.testing.assert_array_equal(robust_line_fit(three, 2.7, horizon_y=horizon), three)  # no more rows than terms
+
+
+def test_the_perspective_fit_needs_the_line_fit_and_a_row_inside_the_image():
+    from perception.config import ConfigError, load_config, parse_config
+
+    for options in ({"postprocess.lane_fit_horizon_row": 1.5},
+                    {"postprocess.lane_fit_horizon_row": 0.4, "postprocess.lane_line_fit_px": None}):
+        with pytest.raises(ConfigError, match="postprocess.lane_fit_horizon_row"):
+            parse_config(load_config("configs/demo_synthetic.py", options))
+    cfg = parse_config(load_config("configs/demo_synthetic.py", {"postprocess.lane_fit_horizon_row": 0.4375}))
+    assert cfg.postprocess.lane_fit_horizon_row == 0.4375

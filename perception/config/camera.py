@@ -103,6 +103,9 @@ class PostprocessConfig:
     # Put each lane's rows on a robust straight line (Huber scale in input px; postprocess/lane_fit.py); None: as
     # the head placed them. The F1's IoU of 0.5 allows about 2.7 input px at 448 px wide.
     lane_line_fit_px: float | None = None
+    # With lane_line_fit_px: fit x = a + b y + c / (y - h) instead of a line, h this row in [0, 1] of the input height
+    # (the image of a lane curving on flat ground; for a head with model.heads.lanes.horizon_row). None: a line.
+    lane_fit_horizon_row: float | None = None
     # Greedy NMS of the kept lanes by their overlap at the row anchors (perception.core.lane_overlap), for a head
     # trained with matcher.lane_one_to_many_iou, whose duplicate queries on one lane score alike; None: NMS-free.
     lane_nms_iou: float | None = None
@@ -213,6 +216,11 @@ def validate(cfg: ExperimentConfig) -> None:
         if regression and getattr(cfg.matcher, f"{task}_one_to_many_iou") is None:
             raise ConfigError(f"matcher.{task}_one_to_many_regression regresses the one-to-many queries: set "
                               f"matcher.{task}_one_to_many_iou too")
+    horizon = cfg.postprocess.lane_fit_horizon_row
+    if horizon is not None and (cfg.postprocess.lane_line_fit_px is None or not 0.0 <= horizon < 1.0):
+        raise ConfigError(f"postprocess.lane_fit_horizon_row must be in [0, 1) of the input height and needs "
+                          f"postprocess.lane_line_fit_px, got {horizon!r} with lane_line_fit_px="
+                          f"{cfg.postprocess.lane_line_fit_px!r}")
     if cfg.postprocess.lane_line_fit_px is not None and not cfg.postprocess.lane_line_fit_px > 0:
         raise ConfigError(f"postprocess.lane_line_fit_px must be > 0 (input px) or None, got "
                           f"{cfg.postprocess.lane_line_fit_px!r}")

@@ -21,11 +21,14 @@ class ImageLanes:
 
 def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple[int, int], affine: np.ndarray,
                  score_threshold: float = 0.3, visibility_threshold: float = 0.5,
-                 line_fit_px: float | None = None, nms_iou: float | None = None) -> ImageLanes:
+                 line_fit_px: float | None = None, nms_iou: float | None = None,
+                 fit_horizon_row: float | None = None) -> ImageLanes:
     """Lanes of image ``index`` of a batch; ``affine`` [3,3] maps original px to input px. ``line_fit_px``: put
     each lane's rows on a robust straight line, Huber scale in input px (``postprocess.lane_line_fit_px``).
     ``nms_iou``: drop a lane that overlaps a higher-scored kept one by this ``lane_overlap_iou`` or more
-    (``postprocess.lane_nms_iou``); None: every query above the threshold is a lane."""
+    (``postprocess.lane_nms_iou``); None: every query above the threshold is a lane. ``fit_horizon_row`` (in
+    [0, 1] of the input height): the fit is the perspective curve through that horizon
+    (``postprocess.lane_fit_horizon_row``)."""
     probability = outputs["lanes.logits"][index].float().sigmoid()  # (Q, C)
     scores, labels = probability.max(dim=-1)
     points = outputs["lanes.points"][index].float().numpy()  # (Q, P)
@@ -41,7 +44,8 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
     for q in candidates:
         lane = decode_lane(points[q], visible[q], input_size)  # input px
         if line_fit_px is not None:
-            lane = robust_line_fit(lane, line_fit_px)
+            horizon_y = None if fit_horizon_row is None else fit_horizon_row * input_size[0]
+            lane = robust_line_fit(lane, line_fit_px, horizon_y)
         polylines.append(lane @ inverse[:2, :2].T + inverse[:2, 2])
         kept_labels.append(int(labels[q]))
         kept_scores.append(float(scores[q]))

@@ -122,7 +122,8 @@ class LaneTask(Task):
     def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
         """ImageLanes: polylines in original pixels, labels, scores."""
         return decode_lanes(outputs, i, tuple(input_size), affine, post.lane_score_threshold,
-                            post.lane_visibility_threshold, post.lane_line_fit_px, post.lane_nms_iou)
+                            post.lane_visibility_threshold, post.lane_line_fit_px, post.lane_nms_iou,
+                            post.lane_fit_horizon_row)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_lanes
@@ -142,7 +143,7 @@ class LaneTask(Task):
 
             low = decode_lanes(outputs, i, tuple(cfg.input_size), meta["affine"], SWEEP_MIN_SCORE,
                                cfg.postprocess.lane_visibility_threshold, cfg.postprocess.lane_line_fit_px,
-                               cfg.postprocess.lane_nms_iou)
+                               cfg.postprocess.lane_nms_iou, cfg.postprocess.lane_fit_horizon_row)
             result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
         return result
 
