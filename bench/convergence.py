@@ -54,6 +54,10 @@ VARIANTS = {
                          "cubic (model.heads.lanes.horizon_row=0.4375: the demo's horizon, input row 98 of 224): "
                          "a lane curving on flat ground sweeps sideways near the horizon as no cubic does",
                          {"model.heads.lanes.horizon_row": 0.4375}),
+    "adam_beta2_0.99_lane_trunk_2": ("adam_beta2_0.99 with the lane head's gradient into the shared trunk doubled "
+                                     "(model.trunk_gradient_scale.lanes=2): at 0.99 the obstacles gained and the "
+                                     "lanes lost through the trunk; a larger lane share of the trunk may buy it back",
+                                     {"optimizer.betas": [0.9, 0.99], "model.trunk_gradient_scale.lanes": 2.0}),
     "no_reference_sampling": ("queries find their pixels by cross-attention alone (no ReferenceSampler)",
                               NO_SAMPLING),
     "all_class_positives": ("every assigned token a class positive (duplicate queries of one object)",
