@@ -153,6 +153,9 @@ VARIANTS = {
     # Diagnostics of what the query heads lose by sharing the trunk and the step budget with each other:
     "lanes_only": ("the lane and drivable heads alone (the box heads off): what the lane head learns with the "
                    "whole trunk and every step to itself", {"model.heads.obstacles": None, "model.heads.lights": None}),
+    "obstacles_only": ("the obstacle and drivable heads alone (the lane and light heads off): what the obstacle head "
+                       "learns with the whole trunk and every step to itself",
+                       {"model.heads.lanes": None, "model.heads.lights": None}),
     "light_trunk_gradient_0.1": ("the light head's gradient into the shared backbone and FPN scaled by 0.1 "
                                  "(model.trunk_gradient_scale): it was 5-10x each other head's there",
                                  {"model.trunk_gradient_scale.lights": 0.1}),
