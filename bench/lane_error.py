@@ -29,10 +29,10 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
+
+from perception.metrics.lanes import IOU_THRESHOLD, matched_truths  # the lane F1's own matching
 
 CANDIDATE_SCORE = 0.05
-IOU_THRESHOLD = 0.5
 # Bend buckets (input px): straight within a row's pixel, gently curved, curved.
 SHAPES = (("straight", 0.0, 2.0), ("gentle", 2.0, 20.0), ("curved", 20.0, float("inf")))
 
@@ -55,15 +55,6 @@ def median_dx_px(truth: np.ndarray, prediction: np.ndarray, scale: float) -> flo
     ys = np.linspace(low, high, 20)
     t, p = truth[np.argsort(truth[:, 1])], prediction[np.argsort(prediction[:, 1])]
     return float(np.median(np.abs(np.interp(ys, t[:, 1], t[:, 0]) - np.interp(ys, p[:, 1], p[:, 0]))) * scale)
-
-
-def matched_truths(iou: np.ndarray) -> np.ndarray:
-    """bool [G]: labelled lanes matched one-to-one (Hungarian on IoU [P, G]) at IoU >= 0.5."""
-    matched = np.zeros(iou.shape[1], bool)
-    if iou.size:
-        rows, cols = linear_sum_assignment(-iou)
-        matched[cols[iou[rows, cols] >= IOU_THRESHOLD]] = True
-    return matched
 
 
 def lane_rows(model, dataset, collate, cfg, batch_size: int = 16) -> list[dict]:

@@ -46,14 +46,19 @@ def lane_iou_matrix(predictions: list[np.ndarray], ground_truth: list[np.ndarray
     return intersection / np.maximum(union, 1.0)
 
 
+def matched_truths(iou: np.ndarray) -> np.ndarray:
+    """bool [G]: the labelled lanes matched one-to-one (Hungarian on IoU [P, G]) at IoU >= ``IOU_THRESHOLD``."""
+    matched = np.zeros(iou.shape[1], bool)
+    if iou.size:
+        rows, cols = linear_sum_assignment(-iou)
+        matched[cols[iou[rows, cols] >= IOU_THRESHOLD]] = True
+    return matched
+
+
 def match_lanes(predictions: list[np.ndarray], ground_truth: list[np.ndarray],
                 image_size: tuple[int, int]) -> tuple[int, int, int]:
     """(TP, FP, FN) of one image."""
-    iou = lane_iou_matrix(predictions, ground_truth, image_size)
-    tp = 0
-    if iou.size:
-        rows, cols = linear_sum_assignment(-iou)
-        tp = int((iou[rows, cols] >= IOU_THRESHOLD).sum())
+    tp = int(matched_truths(lane_iou_matrix(predictions, ground_truth, image_size)).sum())
     return tp, len(predictions) - tp, len(ground_truth) - tp
 
 

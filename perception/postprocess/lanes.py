@@ -41,10 +41,10 @@ def decode_lanes(outputs: dict[str, torch.Tensor], index: int, input_size: tuple
     if nms_iou is not None:
         candidates = suppress_duplicates(points, visible, candidates, input_size, nms_iou)
     polylines, kept_labels, kept_scores = [], [], []
+    horizon_y = None if fit_horizon_row is None else fit_horizon_row * input_size[0]  # input px
     for q in candidates:
         lane = decode_lane(points[q], visible[q], input_size)  # input px
         if line_fit_px is not None:
-            horizon_y = None if fit_horizon_row is None else fit_horizon_row * input_size[0]
             lane = robust_line_fit(lane, line_fit_px, horizon_y)
         polylines.append(lane @ inverse[:2, :2].T + inverse[:2, 2])
         kept_labels.append(int(labels[q]))

@@ -8,10 +8,9 @@ diagnostics around them, at one operating point (``REPORT_MIN_SCORE``) unless a 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from perception.data.camera_dataset import drop_hidden_obstacles
-from perception.metrics.lanes import IOU_THRESHOLD, lane_iou_matrix
+from perception.metrics.lanes import lane_iou_matrix, matched_truths
 from perception.postprocess.obstacles import CameraBoxes
 
 REPORT_MIN_SCORE = 0.3  # the drawings' operating point (tools/demo.py's default --min-score)
@@ -120,11 +119,7 @@ def lane_precision_recall(entries: list[dict], thresholds: np.ndarray) -> tuple[
         tp = fp = fn = 0
         for entry in entries:
             keep = entry["scores"] > threshold
-            iou = entry["iou"][keep]
-            matched = 0
-            if iou.size:
-                rows, cols = linear_sum_assignment(-iou)
-                matched = int((iou[rows, cols] >= IOU_THRESHOLD).sum())
+            matched = int(matched_truths(entry["iou"][keep]).sum())
             tp, fp, fn = tp + matched, fp + int(keep.sum()) - matched, fn + entry["num_truth"] - matched
         precision[k] = tp / (tp + fp) if tp + fp else 1.0
         recall[k] = tp / (tp + fn) if tp + fn else 0.0
