@@ -159,6 +159,9 @@ VARIANTS = {
     "light_trunk_gradient_0.1": ("the light head's gradient into the shared backbone and FPN scaled by 0.1 "
                                  "(model.trunk_gradient_scale): it was 5-10x each other head's there",
                                  {"model.trunk_gradient_scale.lights": 0.1}),
+    "lane_own_neck": ("the lane head reads a feature pyramid of its own on the backbone's features "
+                      "(model.own_necks=[\"lanes\"]): the box heads no longer share its 32-channel FPN; alone "
+                      "(lanes_only) the lane head found twice the curved lanes", {"model.own_necks": ["lanes"]}),
     "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
                             "from the lane and drivable heads alone",
                             {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),

@@ -171,7 +171,7 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
                labelled_share: dict | None = None) -> dict[str, float]:
     """Median ms of each network part in a training step, its forward and backward together: ``backbone``, ``neck``,
     ``head <task>`` (forward on its labelled images with ``labelled_share``, as training runs; its criterion with the
-    matching; its backward down to the FPN levels), ``optimizer``, and ``step`` (their sum). The graph is cut at the
+    matching; its backward down to the FPN levels, or to the backbone's features through a neck of its own), ``optimizer``, and ``step`` (their sum). The graph is cut at the
     neck's input and output (detached leaves), so each head's backward stops at the levels it reads and the trunk's
     backward runs once on the summed gradient, as in the joint step; each head runs through
     ``PerceptionModel.head_outputs``, as in ``forward`` (trunk gradient scale, denoising queries, labelled images)."""
@@ -202,7 +202,7 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
         for task in model.heads:
             begin = time.perf_counter()
             with torch.autocast(**autocast):
-                outputs = model.head_outputs(task, levels_cut, denoising or None, labelled)
+                outputs = model.head_outputs(task, levels_cut, denoising or None, labelled, features_cut)
                 loss = sum(task_losses({task: criteria[task]}, outputs, targets, model.heads).values())
             loss.backward()
             _sync(device)

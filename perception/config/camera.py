@@ -133,6 +133,9 @@ class ModelConfig:
     # Training only: head name -> factor on the gradient that head sends into the shared backbone and FPN
     # (models/gradient_scale.py); e.g. dict(lights=0.1). Heads not named keep 1. The forward pass is unchanged.
     trunk_gradient_scale: dict = field(default_factory=dict)
+    # Heads that read a feature pyramid of their own (a second FPN, model.neck's width, on the backbone's features)
+    # instead of the shared one: they share only the backbone with the other heads. E.g. ["lanes"].
+    own_necks: list = field(default_factory=list)
 
 
 @dataclass
@@ -253,6 +256,9 @@ def validate(cfg: ExperimentConfig) -> None:
     # has is a typo.
     clip = cfg.optimizer.clip_per_part
     heads = [task.name for task in cfg.model.heads.tasks]
+    own = cfg.model.own_necks
+    if not isinstance(own, (list, tuple)) or [name for name in own if name not in heads]:
+        raise ConfigError(f"model.own_necks must be a list of head names (heads are {heads}), got {own!r}")
     unknown = [name for name in clip if name not in heads] if isinstance(clip, (list, tuple)) else []
     if unknown:
         raise ConfigError(f"optimizer.clip_per_part lists {unknown}, which are not heads; heads are {heads}")

@@ -13,13 +13,19 @@ class PerceptionModel(nn.Module):
     with named outputs. Camera geometry never enters the network."""
 
     def __init__(self, backbone: nn.Module, neck: nn.Module, heads: dict[str, nn.Module],
-                 trunk_gradient_scale: dict[str, float] | None = None):
+                 trunk_gradient_scale: dict[str, float] | None = None, own_necks: dict[str, nn.Module] | None = None):
         """``trunk_gradient_scale``: head name -> factor on the gradient that head sends into the shared
-        backbone and FPN in training (gradient_scale.py); heads not named keep 1."""
+        backbone and FPN in training (gradient_scale.py); heads not named keep 1. ``own_necks``: head name -> a
+        feature pyramid of that head's own on the backbone's features, read instead of the shared ``neck``
+        (the head then shares only the backbone; its trunk gradient scale applies to the backbone features)."""
         super().__init__()
         self.backbone = backbone
         self.neck = neck
         self.heads = nn.ModuleDict(heads)
+        unknown = sorted(set(own_necks or {}) - set(heads))
+        if unknown:
+            raise ValueError(f"own_necks names {unknown}, which are not heads of this model ({sorted(heads)})")
+        self.own_necks = nn.ModuleDict(own_necks or {})
         self.trunk_gradient_scale = {name: float(f) for name, f in (trunk_gradient_scale or {}).items()}
 
     @property
@@ -32,29 +38,43 @@ class PerceptionModel(nn.Module):
         """``denoising`` (training only): per task in ``denoising_tasks``, its targets per image (labels [M],
         boxes [M,4] cxcywh in [0, 1]); the exported graph never has them. ``labelled`` (training only): per task,
         which images [B] (bool) carry its labels; that head then runs on those images alone (``run_on_images``)."""
-        levels = self.neck(self.backbone(images))
+        features = self.backbone(images)
+        shared = self.neck(features) if len(self.own_necks) < len(self.heads) else None
         outputs: dict[str, torch.Tensor] = {}
         for name in self.heads:
-            outputs.update(self.head_outputs(name, levels, denoising, labelled))
+            outputs.update(self.head_outputs(name, shared, denoising, labelled, features))
         return outputs
 
-    def head_outputs(self, name: str, levels: list[torch.Tensor], denoising: dict[str, list[dict]] | None = None,
-                     labelled: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """One head's outputs from the FPN ``levels``, with its trunk gradient scale, denoising queries and labelled
-        images applied as ``forward`` applies them (``bench/train_step_rate.py --parts`` times the heads one by one)."""
-        head_levels = levels
+    def head_outputs(self, name: str, levels: list[torch.Tensor] | None, denoising: dict[str, list[dict]] | None = None,
+                     labelled: dict[str, torch.Tensor] | None = None,
+                     features: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """One head's outputs from the shared FPN ``levels`` (a head with a neck of its own: from that neck on the
+        backbone ``features``), with its trunk gradient scale, denoising queries and labelled images applied as
+        ``forward`` applies them (``bench/train_step_rate.py --parts`` times the heads one by one)."""
+        own_neck = self.own_necks[name] if name in self.own_necks else None
+        trunk = levels if own_neck is None else features
         factor = self.trunk_gradient_scale.get(name, 1.0)
         if self.training and factor != 1.0:  # identity forward: inference and export never see it
-            head_levels = [scale_gradient(level, factor) for level in levels]
+            trunk = [scale_gradient(x, factor) for x in trunk]
+        head = self.heads[name] if own_neck is None else _with_neck(own_neck, self.heads[name])
         kwargs = {"denoising": denoising[name]} if denoising is not None and name in denoising else {}
         if labelled is not None and name in labelled:
-            return run_on_images(self.heads[name], head_levels, labelled[name], **kwargs)
-        return self.heads[name](head_levels, **kwargs)
+            return run_on_images(head, trunk, labelled[name], **kwargs)
+        return head(trunk, **kwargs)
 
 
-def run_on_images(head: nn.Module, levels: list[torch.Tensor], labelled: torch.Tensor,
+def _with_neck(neck: nn.Module, head: nn.Module):
+    """The head on its own neck's levels, called as a head is (so ``run_on_images`` runs both on the labelled
+    images only)."""
+    def run(features: list[torch.Tensor], **kwargs) -> dict[str, torch.Tensor]:
+        return head(neck(features), **kwargs)
+    return run
+
+
+def run_on_images(head, levels: list[torch.Tensor], labelled: torch.Tensor,
                   denoising: list[dict] | None = None) -> dict[str, torch.Tensor]:
-    """The head's outputs on the images where ``labelled`` [B] is True, scattered into batch-sized tensors whose
+    """The head's outputs (``head``: a head, or a head on a neck of its own, ``levels`` then the backbone's features)
+    on the images where ``labelled`` [B] is True, scattered into batch-sized tensors whose
     other rows are zero. Why: in a mixed batch each task has labels on only some images (the demo: lights on
     44 %, obstacles on 56 %, lanes on 62 %), its criterion reads only those rows, and every head treats images
     independently (no batch statistics), so running it on the rest only cost time (the demo's training step:

@@ -50,15 +50,19 @@ class BaseSystem(L.LightningModule):
     def clip_parts(self) -> list[list[nn.Parameter]]:
         """The parameter groups ``optimizer.clip_per_part`` clips one by one: the shared trunk (backbone and
         neck) and each head of a multi-head model (``True``), or only the listed heads on their own and the
-        trunk with every other head as one part (a list); the whole model without heads."""
+        trunk with every other head as one part (a list); the whole model without heads. A head's own neck
+        (``model.own_necks``) is clipped with its head."""
         heads = getattr(self.model, "heads", None)
         if not isinstance(heads, nn.ModuleDict):
             return [list(self.model.parameters())]
         chosen = self.optimizer_cfg.clip_per_part
         separate = list(heads) if chosen is True else [name for name in heads if name in chosen]
-        rest = [p for name, p in self.model.named_parameters()
-                if not (name.startswith("heads.") and name.split(".")[1] in separate)]
-        return [rest] + [list(heads[name].parameters()) for name in separate]
+        parts: dict[str, list[nn.Parameter]] = {"": [], **{name: [] for name in separate}}
+        for name, parameter in self.model.named_parameters():
+            prefix, _, rest = name.partition(".")
+            head = rest.split(".")[0] if prefix in ("heads", "own_necks") else ""
+            parts[head if head in separate else ""].append(parameter)
+        return list(parts.values())
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         if not (self.optimizer_cfg.clip_per_part and gradient_clip_val):
