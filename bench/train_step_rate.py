@@ -171,9 +171,10 @@ def step_parts(model, criteria, images, steps: int, warmup: int, device: str, dt
                labelled_share: dict | None = None) -> dict[str, float]:
     """Median ms of each network part in a training step, its forward and backward together: ``backbone``, ``neck``,
     ``head <task>`` (forward on its labelled images with ``labelled_share``, as training runs; its criterion with the
-    matching; its backward down to the FPN levels, or to the backbone's features through a neck of its own), ``optimizer``, and ``step`` (their sum). The graph is cut at the
-    neck's input and output (detached leaves), so each head's backward stops at the levels it reads and the trunk's
-    backward runs once on the summed gradient, as in the joint step; each head runs through
+    matching; its backward down to the FPN levels, or to the backbone's features through a neck of its own),
+    ``optimizer``, and ``step`` (their sum). The graph is cut at the neck's input and output (detached leaves), so
+    each head's backward stops at the levels it reads and the trunk's backward runs once on the summed gradient, as
+    in the joint step; each head runs through
     ``PerceptionModel.head_outputs``, as in ``forward`` (trunk gradient scale, denoising queries, labelled images)."""
     from perception.losses.task_losses import task_losses
 
