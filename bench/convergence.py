@@ -162,6 +162,14 @@ VARIANTS = {
     "lane_own_neck": ("the lane head reads a feature pyramid of its own on the backbone's features "
                       "(model.own_necks=[\"lanes\"]): the box heads no longer share its 32-channel FPN; alone "
                       "(lanes_only) the lane head found twice the curved lanes", {"model.own_necks": ["lanes"]}),
+    "lane_own_neck_beta2_0.99": ("lane_own_neck with AdamW's beta2 at 0.99 (adam_beta2_0.99 lifted the obstacles "
+                                 "and cost the lanes through the shared trunk; with a neck of their own the lanes "
+                                 "may keep their gain)",
+                                 {"model.own_necks": ["lanes"], "optimizer.betas": [0.9, 0.99]}),
+    "lane_own_neck_clip_per_part": ("lane_own_neck with the trunk's gradient clipped on its own, not together with "
+                                    "the light head (optimizer.clip_per_part=true): the light head's gradient norm "
+                                    "(45-560 on run 13's batches) set the trunk's clip factor, 0.002-0.019 per step",
+                                    {"model.own_necks": ["lanes"], "optimizer.clip_per_part": True}),
     "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
                             "from the lane and drivable heads alone",
                             {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),
