@@ -162,6 +162,10 @@ VARIANTS = {
     "lane_own_neck": ("the lane head reads a feature pyramid of its own on the backbone's features "
                       "(model.own_necks=[\"lanes\"]): the box heads no longer share its 32-channel FPN; alone "
                       "(lanes_only) the lane head found twice the curved lanes", {"model.own_necks": ["lanes"]}),
+    "own_necks": ("each query head (obstacles, lanes, lights) reads a feature pyramid of its own; the shared one "
+                  "serves the drivable head: lane_own_neck lifted the lanes and the lights fell, so does every "
+                  "query head gain from a neck of its own?",
+                  {"model.own_necks": ["obstacles", "lanes", "lights"]}),
     "lane_own_neck_beta2_0.99": ("lane_own_neck with AdamW's beta2 at 0.99 (adam_beta2_0.99 lifted the obstacles "
                                  "and cost the lanes through the shared trunk; with a neck of their own the lanes "
                                  "may keep their gain)",

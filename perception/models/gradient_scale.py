@@ -7,7 +7,9 @@ trunk had norm 22-34 (its dense focal loss over every stride-4 token), the obsta
 head's 4-7, the drivable head's 1-2.5. The same lane head trained without the two box heads reached 0.28.
 A scale here changes only what reaches the trunk: the head's own weights see their full gradient, and the
 forward pass (and the exported graph) is unchanged. Tried (README, convergence study): lights at 0.1 left
-every held-out metric within the seed spread; both box heads at 0 gave lanes +0.04 and mAP 0.011.
+every held-out metric within the seed spread; both box heads at 0 gave lanes +0.04 and mAP 0.011, and on
+run 13 (2026-12-06) lane F1 0.317 against 0.346 with mAP 0.025: the trunk's share is not what the lane head
+alone (lanes_only, 0.505) gains. A neck of the lane head's own (``PerceptionModel.own_necks``) did more.
 """
 
 from __future__ import annotations
