@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -85,27 +83,14 @@ def test_clip_per_part_clips_a_heads_own_neck_with_the_head():
     assert {id(p) for p in system.model.neck.parameters()} <= {id(p) for p in trunk}
 
 
-def test_the_exported_graph_is_the_pytorch_model(tmp_path):
+def test_the_export_passes_every_deployment_check_and_is_the_pytorch_model(tmp_path):
+    from perception.export.camera_onnx import export_camera_model
+
     model = two_head_model(["lights"]).eval()
-    images = torch.randn(1, 3, 224, 448)
-    names = ["drivable.logits", "lights.logits", "lights.boxes"]
-
-    class Graph(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, x):
-            outputs = self.model(x)
-            return tuple(outputs[name] for name in names)
-
-    path = str(tmp_path / "own_neck.onnx")
-    with torch.no_grad():
-        torch.onnx.export(Graph(), (images,), path, opset_version=17, dynamo=False, input_names=["images"])
-        expected = Graph()(images)
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for name, got, want in zip(names, session.run(None, {"images": images.numpy()}), expected):
-        np.testing.assert_allclose(got, want.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+    sidecar = export_camera_model(model, (224, 448), str(tmp_path / "own_neck.onnx"), batch=1, fp16_images=1)
+    checks = sidecar["checks"]
+    assert checks["passed"] and not checks["problems"]
+    assert {"drivable.logits", "lights.logits", "lights.boxes"} <= set(checks["parity"]["outputs"])
 
 
 @pytest.mark.parametrize("value", [["light"], "lights"])
