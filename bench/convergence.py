@@ -174,6 +174,16 @@ VARIANTS = {
                                     "the light head (optimizer.clip_per_part=true): the light head's gradient norm "
                                     "(45-560 on run 13's batches) set the trunk's clip factor, 0.002-0.019 per step",
                                     {"model.own_necks": ["lanes"], "optimizer.clip_per_part": True}),
+    "own_necks_beta2_0.99": ("own_necks with AdamW's beta2 at 0.99: each lifted the obstacles on its own "
+                             "(adam_beta2_0.99 on two seeds of three, own_necks on three), and with necks of their "
+                             "own the lanes may keep what 0.99 cost them through the shared FPN",
+                             {"model.own_necks": ["obstacles", "lanes", "lights"], "optimizer.betas": [0.9, 0.99]}),
+    "box_heads_off_trunk_clip_per_part": (
+        "box_heads_off_trunk with the trunk clipped on its own (optimizer.clip_per_part=true), a diagnostic: "
+        "box_heads_off_trunk still clipped the trunk together with the light head, whose spikes set the trunk's "
+        "clip factor; with both, the trunk is trained and clipped as in lanes_only (lane F1 0.505)",
+        {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0,
+         "optimizer.clip_per_part": True}),
     "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
                             "from the lane and drivable heads alone",
                             {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),
