@@ -28,14 +28,20 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 # name: (what it tests, --cfg-options). "demo" is the shipped recipe; the other variants take one
-# ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe).
+# ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe). The variants
+# that the README's study lists on run 13 ran before own_necks shipped (run 14): put "shared_neck"'s
+# override beside theirs to reproduce them (their own model.own_necks, where they set one, replaces
+# the demo's list).
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
     "demo": ("shipped: dense one-to-many token loss, one class positive per object, hidden targets dropped, "
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
              "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
-             "cross-attention in the box heads, training images at one scale", {}),
+             "cross-attention in the box heads, training images at one scale, a feature pyramid per query "
+             "head", {}),
+    "shared_neck": ("run 13: every head reads the one shared feature pyramid (model.own_necks=[]), the recipe "
+                    "before own_necks shipped", {"model.own_necks": []}),
     "adam_beta2_0.99": ("AdamW's second-moment decay at 0.99 instead of the library's 0.999: at 0.999 the "
                         "squared-gradient average spans about 1000 steps, the whole 900-step run",
                         {"optimizer.betas": [0.9, 0.99]}),
@@ -181,9 +187,10 @@ VARIANTS = {
     "box_heads_off_trunk_clip_per_part": (
         "box_heads_off_trunk with the trunk clipped on its own (optimizer.clip_per_part=true), a diagnostic: "
         "box_heads_off_trunk still clipped the trunk together with the light head, whose spikes set the trunk's "
-        "clip factor; with both, the trunk is trained and clipped as in lanes_only (lane F1 0.505)",
+        "clip factor; with both, the trunk is trained and clipped as in lanes_only (lane F1 0.505). On run 13 "
+        "(one shared neck), where those two ran",
         {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0,
-         "optimizer.clip_per_part": True}),
+         "optimizer.clip_per_part": True, "model.own_necks": []}),
     "box_heads_off_trunk": ("the box heads train their own weights only (trunk gradient scale 0): the trunk learns "
                             "from the lane and drivable heads alone",
                             {"model.trunk_gradient_scale.lights": 0.0, "model.trunk_gradient_scale.obstacles": 0.0}),

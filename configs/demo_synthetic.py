@@ -36,6 +36,12 @@ model = dict(
         lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2],
                     cross_attention="deformable"),
     ),
+    # Each query head reads a 32-channel feature pyramid of its own on the backbone's features; the shared one
+    # serves the drivable head (convergence study, own_necks: held-out mAP 0.136 / 0.129 / 0.143 against
+    # 0.130 / 0.116 / 0.120, NDS 0.206 / 0.200 / 0.214 against 0.201 / 0.198 / 0.201, lane F1 0.393 / 0.397 / 0.365
+    # against 0.346 / 0.365 / 0.377 at seeds 0 / 1 / 2; light AP50 0.704 / 0.632 / 0.593 against 0.796 / 0.739 /
+    # 0.683, still above its 0.5 target). +0.6 GFLOPs per image, about 9 % more training time.
+    own_necks=["obstacles", "lanes", "lights"],
 )
 # Only each object's best token is a dense class positive: query selection then picks one token per
 # object instead of several duplicates (convergence study: light AP50 0.35 vs 0.26, lane F1 0.08 vs 0.00).
