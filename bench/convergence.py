@@ -180,6 +180,10 @@ VARIANTS = {
                                     "the light head (optimizer.clip_per_part=true): the light head's gradient norm "
                                     "(45-560 on run 13's batches) set the trunk's clip factor, 0.002-0.019 per step",
                                     {"model.own_necks": ["lanes"], "optimizer.clip_per_part": True}),
+    "shared_light_neck": ("run 14 with the light head back on the shared feature pyramid beside the drivable head "
+                          "(model.own_necks=[obstacles, lanes]): with a neck of its own it lost light AP50 on every "
+                          "seed (0.643 against 0.739 on the mean), with the lanes' alone 0.04",
+                          {"model.own_necks": ["obstacles", "lanes"]}),
     "own_necks_beta2_0.99": ("own_necks with AdamW's beta2 at 0.99: each lifted the obstacles on its own "
                              "(adam_beta2_0.99 on two seeds of three, own_necks on three), and with necks of their "
                              "own the lanes may keep what 0.99 cost them through the shared FPN",
