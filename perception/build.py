@@ -23,7 +23,7 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     if not heads:
         raise ValueError("model.heads enables no head")
     own_necks = {name: FPN(backbone.channels, cfg.neck.channels) for name in cfg.own_necks if name in heads}
-    return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale, own_necks)
+    return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale, own_necks, cfg.trunk_gradient_norm)
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:

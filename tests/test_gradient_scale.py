@@ -1,4 +1,5 @@
-"""model.trunk_gradient_scale: a head's gradient into the shared trunk is scaled in training, nothing else."""
+"""model.trunk_gradient_scale and model.trunk_gradient_norm: a head's gradient into the shared trunk is scaled or
+normalised in training, nothing else."""
 
 from __future__ import annotations
 
@@ -7,25 +8,25 @@ import torch
 
 from perception.build import build_model
 from perception.config import ConfigError, parse_config
-from perception.models.gradient_scale import scale_gradient
+from perception.models.gradient_scale import normalise_gradient, scale_gradient
 from tests.conftest import TINY_MODEL, experiment_dict
 
 LIGHT_HEAD = dict(dim=32, num_queries=8, num_layers=1, num_heads=2, ffn_dim=64)
 
 
-def two_head_model(scale: dict) -> tuple[torch.nn.Module, object]:
+def two_head_model(scale: dict, norm: float | None = None) -> tuple[torch.nn.Module, object]:
     model_cfg = dict(TINY_MODEL, heads=dict(drivable=dict(channels=32, num_classes=2), lights=LIGHT_HEAD),
-                     trunk_gradient_scale=scale)
+                     trunk_gradient_scale=scale, trunk_gradient_norm=norm)
     cfg = parse_config(experiment_dict("/unused", model=model_cfg,
                                        bdd100k=dict(data_root="/unused", sample_fraction=0.5)))
     torch.manual_seed(0)
     return build_model(cfg.model, tuple(cfg.input_size)), cfg
 
 
-def trunk_gradient(model: torch.nn.Module, images: torch.Tensor, output: str) -> torch.Tensor:
-    """The gradient of one head's output sum on the backbone's first weights."""
+def trunk_gradient(model: torch.nn.Module, images: torch.Tensor, output: str, weight: float = 1.0) -> torch.Tensor:
+    """The gradient of one head's output sum (times ``weight``) on the backbone's first weights."""
     model.zero_grad(set_to_none=True)
-    model(images)[output].float().sum().backward()
+    (weight * model(images)[output].float().sum()).backward()
     return model.backbone.body.patch_embed.proj.weight.grad.clone()
 
 
@@ -65,6 +66,48 @@ def test_inference_is_unchanged():
     with torch.no_grad():
         a, b = plain.eval()(images), scaled.eval()(images)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_normalised_gradient_has_the_set_norm_over_all_levels_and_keeps_its_direction():
+    a, b = torch.randn(2, 3, 4, 4, requires_grad=True), torch.randn(2, 3, 2, 2, requires_grad=True)
+    x, y = normalise_gradient([a, b], 2.0)
+    assert torch.equal(x, a) and torch.equal(y, b)
+    (3.0 * x.sum() + 4.0 * y.sum()).backward()
+    total = torch.sqrt((a.grad ** 2).sum() + (b.grad ** 2).sum())
+    assert abs(total.item() - 2.0) < 1e-5
+    assert torch.allclose(b.grad / a.grad.flatten()[0], torch.full_like(b, 4.0 / 3.0))  # one factor for all levels
+    c = torch.randn(3, requires_grad=True)
+    (0.0 * normalise_gradient([c], 1.0)[0].sum()).backward()
+    assert torch.equal(c.grad, torch.zeros(3))  # nothing to normalise: stays zero, no NaN
+
+
+def test_with_a_trunk_gradient_norm_the_loss_size_no_longer_sets_the_trunk_step():
+    """A head whose loss is 100x larger sends the trunk the same gradient; its own weights still see 100x."""
+    images = torch.randn(2, 3, 224, 448)
+    model, _ = two_head_model({}, norm=1.0)
+    model.train()
+    small = trunk_gradient(model, images, "lights.logits")
+    head_weight = next(p for n, p in model.named_parameters() if n.startswith("heads.lights."))
+    own_small = head_weight.grad.clone()
+    large = trunk_gradient(model, images, "lights.logits", weight=100.0)
+    assert small.abs().max() > 0
+    assert torch.allclose(large, small, rtol=1e-4, atol=1e-5 * small.abs().max().item())
+    assert torch.allclose(head_weight.grad, 100.0 * own_small, rtol=1e-4, atol=1e-7)
+    plain, _ = two_head_model({})
+    plain.load_state_dict(model.state_dict())
+    plain.train()
+    reference = trunk_gradient(plain, images, "lights.logits")  # the same direction as without the norm
+    cosine = torch.nn.functional.cosine_similarity(reference.flatten(), small.flatten(), dim=0)
+    assert cosine.item() > 0.9999
+    with torch.no_grad():  # inference: the same outputs
+        a, b = plain.eval()(images), model.eval()(images)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("norm", [0.0, -1.0, "one", True])
+def test_bad_trunk_gradient_norm_is_a_config_error(norm):
+    with pytest.raises(ConfigError, match="trunk_gradient_norm"):
+        two_head_model({}, norm=norm)
 
 
 @pytest.mark.parametrize("scale, message", [({"obstacles": 0.5}, "not an enabled head"),

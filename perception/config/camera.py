@@ -136,6 +136,9 @@ class ModelConfig:
     # Heads that read a feature pyramid of their own (a second FPN, model.neck's width, on the backbone's features)
     # instead of the shared one: they share only the backbone with the other heads. E.g. ["lanes"].
     own_necks: list = field(default_factory=list)
+    # Training only: each head's gradient into the trunk (its levels, the whole batch) rescaled to this L2 norm at
+    # every step, before trunk_gradient_scale; None keeps the loss's own size (models/gradient_scale.py).
+    trunk_gradient_norm: float | None = None
 
 
 @dataclass
@@ -252,6 +255,9 @@ def validate(cfg: ExperimentConfig) -> None:
                               f"enabled heads are {enabled}")
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 <= factor <= 10.0:
             raise ConfigError(f"model.trunk_gradient_scale.{name} must be a number in [0, 10], got {factor!r}")
+    norm = cfg.model.trunk_gradient_norm
+    if norm is not None and (isinstance(norm, bool) or not isinstance(norm, (int, float)) or not 0.0 < norm <= 100.0):
+        raise ConfigError(f"model.trunk_gradient_norm must be None or a number in (0, 100], got {norm!r}")
     # A disabled head in the list is fine (a config that turns a head off inherits the list); a name no head
     # has is a typo.
     clip = cfg.optimizer.clip_per_part

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from perception.models.gradient_scale import scale_gradient
+from perception.models.gradient_scale import normalise_gradient, scale_gradient
 
 
 class PerceptionModel(nn.Module):
@@ -13,11 +13,14 @@ class PerceptionModel(nn.Module):
     with named outputs. Camera geometry never enters the network."""
 
     def __init__(self, backbone: nn.Module, neck: nn.Module, heads: dict[str, nn.Module],
-                 trunk_gradient_scale: dict[str, float] | None = None, own_necks: dict[str, nn.Module] | None = None):
+                 trunk_gradient_scale: dict[str, float] | None = None, own_necks: dict[str, nn.Module] | None = None,
+                 trunk_gradient_norm: float | None = None):
         """``trunk_gradient_scale``: head name -> factor on the gradient that head sends into the shared
         backbone and FPN in training (gradient_scale.py); heads not named keep 1. ``own_necks``: head name -> a
         feature pyramid of that head's own on the backbone's features, read instead of the shared ``neck``
-        (the head then shares only the backbone; its trunk gradient scale applies to the backbone features)."""
+        (the head then shares only the backbone; its trunk gradient scale applies to the backbone features).
+        ``trunk_gradient_norm``: in training, each head's gradient into the trunk rescaled to this norm at every
+        step before its trunk gradient scale (gradient_scale.normalise_gradient); None: as the loss gives it."""
         super().__init__()
         self.backbone = backbone
         self.neck = neck
@@ -27,6 +30,7 @@ class PerceptionModel(nn.Module):
             raise ValueError(f"own_necks names {unknown}, which are not heads of this model ({sorted(heads)})")
         self.own_necks = nn.ModuleDict(own_necks or {})
         self.trunk_gradient_scale = {name: float(f) for name, f in (trunk_gradient_scale or {}).items()}
+        self.trunk_gradient_norm = trunk_gradient_norm
 
     @property
     def denoising_tasks(self) -> tuple[str, ...]:
@@ -54,6 +58,8 @@ class PerceptionModel(nn.Module):
         own_neck = self.own_necks[name] if name in self.own_necks else None
         trunk = levels if own_neck is None else features
         factor = self.trunk_gradient_scale.get(name, 1.0)
+        if self.training and self.trunk_gradient_norm is not None and factor != 0.0:
+            trunk = normalise_gradient(trunk, self.trunk_gradient_norm)  # identity forward, as the scale's
         if self.training and factor != 1.0:  # identity forward: inference and export never see it
             trunk = [scale_gradient(x, factor) for x in trunk]
         head = self.heads[name] if own_neck is None else _with_neck(own_neck, self.heads[name])
