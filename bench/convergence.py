@@ -31,7 +31,7 @@ sys.path.insert(0, ROOT)
 # ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe). The variants
 # that the README's study lists on run 13 ran before own_necks shipped (run 14): put "shared_neck"'s
 # override beside theirs to reproduce them (their own model.own_necks, where they set one, replaces
-# the demo's list).
+# the demo's list; trunk_gradient_norm and clip_per_part came with run 15).
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
@@ -39,9 +39,12 @@ VARIANTS = {
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
              "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
              "cross-attention in the box heads, training images at one scale, a feature pyramid per query "
-             "head", {}),
+             "head, each head's trunk gradient at norm 1 with the trunk clipped on its own", {}),
     "shared_neck": ("run 13: every head reads the one shared feature pyramid (model.own_necks=[]), the recipe "
-                    "before own_necks shipped", {"model.own_necks": []}),
+                    "before own_necks shipped", {"model.own_necks": [], "model.trunk_gradient_norm": None,
+                                                 "optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+    "run_14": ("run 14: own_necks without trunk_gradient_norm, the trunk clipped with the light head",
+               {"model.trunk_gradient_norm": None, "optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
     "adam_beta2_0.99": ("AdamW's second-moment decay at 0.99 instead of the library's 0.999: at 0.999 the "
                         "squared-gradient average spans about 1000 steps, the whole 900-step run",
                         {"optimizer.betas": [0.9, 0.99]}),
