@@ -189,6 +189,9 @@ VARIANTS = {
                             "gradients out of the trunk and its clip apart from the light head's); here no head is "
                             "taken out, none sets the trunk's direction or the size of its step",
                             {"model.trunk_gradient_norm": 1.0, "optimizer.clip_per_part": True}),
+    "trunk_gradient_norm_light_clip": ("run 15 with the trunk clipped together with the light head again (run 14's "
+                                       "optimizer.clip_per_part list), the norm kept: which of the two made run 15",
+                                       {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
     "shared_light_neck": ("run 14 with the light head back on the shared feature pyramid beside the drivable head "
                           "(model.own_necks=[obstacles, lanes]): with a neck of its own it lost light AP50 on every "
                           "seed (0.643 against 0.739 on the mean), with the lanes' alone 0.04",
