@@ -32,6 +32,8 @@ sys.path.insert(0, ROOT)
 # that the README's study lists on run 13 ran before own_necks shipped (run 14): put "shared_neck"'s
 # override beside theirs to reproduce them (their own model.own_necks, where they set one, replaces
 # the demo's list; trunk_gradient_norm and clip_per_part came with run 15).
+# Runs 13 and 14 clipped the trunk together with the light head; run 15 clips every part on its own.
+TRUNK_WITH_LIGHT_CLIP = {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
 VARIANTS = {
@@ -42,9 +44,9 @@ VARIANTS = {
              "head, each head's trunk gradient at norm 1 with the trunk clipped on its own", {}),
     "shared_neck": ("run 13: every head reads the one shared feature pyramid (model.own_necks=[]), the recipe "
                     "before own_necks shipped", {"model.own_necks": [], "model.trunk_gradient_norm": None,
-                                                 "optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+                                                 **TRUNK_WITH_LIGHT_CLIP}),
     "run_14": ("run 14: own_necks without trunk_gradient_norm, the trunk clipped with the light head",
-               {"model.trunk_gradient_norm": None, "optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+               {"model.trunk_gradient_norm": None, **TRUNK_WITH_LIGHT_CLIP}),
     "adam_beta2_0.99": ("AdamW's second-moment decay at 0.99 instead of the library's 0.999: at 0.999 the "
                         "squared-gradient average spans about 1000 steps, the whole 900-step run",
                         {"optimizer.betas": [0.9, 0.99]}),
@@ -191,7 +193,7 @@ VARIANTS = {
                             {"model.trunk_gradient_norm": 1.0, "optimizer.clip_per_part": True}),
     "trunk_gradient_norm_light_clip": ("run 15 with the trunk clipped together with the light head again (run 14's "
                                        "optimizer.clip_per_part list), the norm kept: which of the two made run 15",
-                                       {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+                                       TRUNK_WITH_LIGHT_CLIP),
     "shared_light_neck": ("run 14 with the light head back on the shared feature pyramid beside the drivable head "
                           "(model.own_necks=[obstacles, lanes]): with a neck of its own it lost light AP50 on every "
                           "seed (0.643 against 0.739 on the mean), with the lanes' alone 0.04",
@@ -216,7 +218,7 @@ VARIANTS = {
     "clip_per_part_lights_with_trunk": ("clip_per_part for the obstacle, lane and drivable heads; the light head is "
                                         "clipped together with the trunk as before (clip_per_part cost light AP50 "
                                         "at seeds 0 and 2)",
-                                        {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}),
+                                        TRUNK_WITH_LIGHT_CLIP),
     "bf16_mixed": ("the shipped recipe under bf16 autocast (trainer.precision=bf16-mixed): matmuls 4.6x faster on a "
                    "CPU with AVX512-BF16, the training step 11 % faster on the 2-core demo machine",
                    {"trainer.precision": "bf16-mixed"}),

@@ -104,6 +104,17 @@ def test_with_a_trunk_gradient_norm_the_loss_size_no_longer_sets_the_trunk_step(
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_with_a_norm_the_trunk_gradient_scale_weighs_the_normalised_gradient():
+    images = torch.randn(2, 3, 224, 448)
+    normalised, _ = two_head_model({}, norm=1.0)
+    weighted, _ = two_head_model({"lights": 0.5}, norm=1.0)
+    weighted.load_state_dict(normalised.state_dict())
+    normalised.train(), weighted.train()
+    full = trunk_gradient(normalised, images, "lights.logits")
+    assert torch.allclose(trunk_gradient(weighted, images, "lights.logits"), 0.5 * full, rtol=1e-4,
+                          atol=1e-5 * full.abs().max().item())
+
+
 @pytest.mark.parametrize("norm", [0.0, -1.0, "one", True])
 def test_bad_trunk_gradient_norm_is_a_config_error(norm):
     with pytest.raises(ConfigError, match="trunk_gradient_norm"):

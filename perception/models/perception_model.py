@@ -58,9 +58,10 @@ class PerceptionModel(nn.Module):
         own_neck = self.own_necks[name] if name in self.own_necks else None
         trunk = levels if own_neck is None else features
         factor = self.trunk_gradient_scale.get(name, 1.0)
+        # Identity forwards: inference and export never see either. With a norm, the scale is the norm's factor.
         if self.training and self.trunk_gradient_norm is not None and factor != 0.0:
-            trunk = normalise_gradient(trunk, self.trunk_gradient_norm)  # identity forward, as the scale's
-        if self.training and factor != 1.0:  # identity forward: inference and export never see it
+            trunk = normalise_gradient(trunk, self.trunk_gradient_norm * factor)
+        elif self.training and factor != 1.0:
             trunk = [scale_gradient(x, factor) for x in trunk]
         head = self.heads[name] if own_neck is None else _with_neck(own_neck, self.heads[name])
         kwargs = {"denoising": denoising[name]} if denoising is not None and name in denoising else {}
