@@ -194,6 +194,15 @@ VARIANTS = {
     "trunk_gradient_norm_light_clip": ("run 15 with the trunk clipped together with the light head again (run 14's "
                                        "optimizer.clip_per_part list), the norm kept: which of the two made run 15",
                                        TRUNK_WITH_LIGHT_CLIP),
+    "norm_lanes_2": ("run 15 with the lane head's normalised gradient into the trunk weighted 2 against the "
+                     "other heads' 1 (model.trunk_gradient_scale.lanes=2 with the norm: the lanes' share of the "
+                     "trunk's gradient from 1/4 to 2/5): the lanes reached 0.455-0.505 when the trunk learned for "
+                     "them alone", {"model.trunk_gradient_scale.lanes": 2.0}),
+    "norm_obstacles_lanes_2": ("run 15 with the obstacle and lane heads' normalised gradients into the trunk weighted "
+                               "2 against the light and drivable heads' 1: the trunk's share for the two heads under "
+                               "their targets, taken from the two above theirs",
+                               {"model.trunk_gradient_scale.lanes": 2.0,
+                                "model.trunk_gradient_scale.obstacles": 2.0}),
     "shared_light_neck": ("run 14 with the light head back on the shared feature pyramid beside the drivable head "
                           "(model.own_necks=[obstacles, lanes]): with a neck of its own it lost light AP50 on every "
                           "seed (0.643 against 0.739 on the mean), with the lanes' alone 0.04",
