@@ -198,6 +198,8 @@ VARIANTS = {
                      "other heads' 1 (model.trunk_gradient_scale.lanes=2 with the norm: the lanes' share of the "
                      "trunk's gradient from 1/4 to 2/5): the lanes reached 0.455-0.505 when the trunk learned for "
                      "them alone", {"model.trunk_gradient_scale.lanes": 2.0}),
+    "norm_lanes_3": ("norm_lanes_2 with the lane head's weight at 3 (its share of the trunk's gradient 1/2): at 2 the "
+                     "lanes gained on every seed measured", {"model.trunk_gradient_scale.lanes": 3.0}),
     "norm_obstacles_lanes_2": ("run 15 with the obstacle and lane heads' normalised gradients into the trunk weighted "
                                "2 against the light and drivable heads' 1: the trunk's share for the two heads under "
                                "their targets, taken from the two above theirs",
