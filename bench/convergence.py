@@ -31,8 +31,10 @@ sys.path.insert(0, ROOT)
 # ingredient out, add one that did not pay (conv_tower), or take all out (old_recipe). The variants
 # that the README's study lists on run 13 ran before own_necks shipped (run 14): put "shared_neck"'s
 # override beside theirs to reproduce them (their own model.own_necks, where they set one, replaces
-# the demo's list; trunk_gradient_norm and clip_per_part came with run 15).
+# the demo's list; trunk_gradient_norm and clip_per_part came with run 15). The variants listed on run 15 and
+# before ran with the lane head's trunk weight at 1, which run 16 set to 2: put RUN_15's override beside theirs.
 # Runs 13 and 14 clipped the trunk together with the light head; run 15 clips every part on its own.
+RUN_15 = {"model.trunk_gradient_scale.lanes": 1.0}
 TRUNK_WITH_LIGHT_CLIP = {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
@@ -41,12 +43,14 @@ VARIANTS = {
              "queries read the image at their reference, lanes proposed through the token, lane-marking mask, "
              "3D from the query's box, one-to-many obstacle, light and lane class targets + NMS, deformable "
              "cross-attention in the box heads, training images at one scale, a feature pyramid per query "
-             "head, each head's trunk gradient at norm 1 with the trunk clipped on its own", {}),
+             "head, each head's trunk gradient at norm 1 (the lane head's weighted 2) with the trunk clipped on "
+             "its own", {}),
     "shared_neck": ("run 13: every head reads the one shared feature pyramid (model.own_necks=[]), the recipe "
                     "before own_necks shipped", {"model.own_necks": [], "model.trunk_gradient_norm": None,
-                                                 **TRUNK_WITH_LIGHT_CLIP}),
+                                                 **TRUNK_WITH_LIGHT_CLIP, **RUN_15}),
     "run_14": ("run 14: own_necks without trunk_gradient_norm, the trunk clipped with the light head",
-               {"model.trunk_gradient_norm": None, **TRUNK_WITH_LIGHT_CLIP}),
+               {"model.trunk_gradient_norm": None, **TRUNK_WITH_LIGHT_CLIP, **RUN_15}),
+    "run_15": ("run 15: every head's normalised trunk gradient weighted alike (the lane head's at 1, not 2)", RUN_15),
     "adam_beta2_0.99": ("AdamW's second-moment decay at 0.99 instead of the library's 0.999: at 0.999 the "
                         "squared-gradient average spans about 1000 steps, the whole 900-step run",
                         {"optimizer.betas": [0.9, 0.99]}),
@@ -190,14 +194,14 @@ VARIANTS = {
                             "on run 13 the lanes reached 0.455 only with both couplings undone (the box heads' "
                             "gradients out of the trunk and its clip apart from the light head's); here no head is "
                             "taken out, none sets the trunk's direction or the size of its step",
-                            {"model.trunk_gradient_norm": 1.0, "optimizer.clip_per_part": True}),
+                            {"model.trunk_gradient_norm": 1.0, "optimizer.clip_per_part": True, **RUN_15}),
     "trunk_gradient_norm_light_clip": ("run 15 with the trunk clipped together with the light head again (run 14's "
                                        "optimizer.clip_per_part list), the norm kept: which of the two made run 15",
-                                       TRUNK_WITH_LIGHT_CLIP),
-    "norm_lanes_2": ("run 15 with the lane head's normalised gradient into the trunk weighted 2 against the "
-                     "other heads' 1 (model.trunk_gradient_scale.lanes=2 with the norm: the lanes' share of the "
-                     "trunk's gradient from 1/4 to 2/5): the lanes reached 0.455-0.505 when the trunk learned for "
-                     "them alone", {"model.trunk_gradient_scale.lanes": 2.0}),
+                                       {**TRUNK_WITH_LIGHT_CLIP, **RUN_15}),
+    "norm_lanes_2": ("run 16 (shipped): run 15 with the lane head's normalised gradient into the trunk weighted 2 "
+                     "against the other heads' 1 (model.trunk_gradient_scale.lanes=2 with the norm: the lanes' share "
+                     "of the trunk's gradient from 1/4 to 2/5): the lanes reached 0.455-0.505 when the trunk learned "
+                     "for them alone", {"model.trunk_gradient_scale.lanes": 2.0}),
     "norm_lanes_3": ("norm_lanes_2 with the lane head's weight at 3 (its share of the trunk's gradient 1/2): at 2 the "
                      "lanes gained on every seed measured", {"model.trunk_gradient_scale.lanes": 3.0}),
     "norm_obstacles_lanes_2": ("run 15 with the obstacle and lane heads' normalised gradients into the trunk weighted "
