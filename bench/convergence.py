@@ -209,7 +209,7 @@ VARIANTS = {
                                "their targets, taken from the two above theirs",
                                {"model.trunk_gradient_scale.lanes": 2.0,
                                 "model.trunk_gradient_scale.obstacles": 2.0}),
-    "norm_lr_1.5e-3": ("run 15 at a learning rate of 1.5e-3 instead of 1e-3: at 2e-3 the obstacle head once collapsed "
+    "norm_lr_1.5e-3": ("run 16 at a learning rate of 1.5e-3 instead of 1e-3: at 2e-3 the obstacle head once collapsed "
                        "to input-independent outputs, with the loss's size setting each head's push on the trunk; "
                        "with the trunk's gradients normalised per head and clipped apart, a larger step may be safe, "
                        "and at 900 steps the recipe is still far from converged (mAP 0.22 at 2700)",

@@ -11,6 +11,7 @@ from perception.config.common import (
     OptimizerConfig,
     SchedulerConfig,
     _validate_training,
+    is_number,
 )
 from perception.core.errors import ConfigError
 from perception.core.nuscenes_constants import CAMERAS
@@ -217,7 +218,7 @@ def validate(cfg: ExperimentConfig) -> None:
                               "class targets: set one of them")
     for task in ("obstacle", "lane"):
         regression = getattr(cfg.matcher, f"{task}_one_to_many_regression")
-        if not _is_number(regression) or regression < 0:
+        if not is_number(regression) or regression < 0:
             raise ConfigError(f"matcher.{task}_one_to_many_regression must be a weight >= 0, got {regression!r}")
         if regression and getattr(cfg.matcher, f"{task}_one_to_many_iou") is None:
             raise ConfigError(f"matcher.{task}_one_to_many_regression regresses the one-to-many queries: set "
@@ -253,10 +254,10 @@ def validate(cfg: ExperimentConfig) -> None:
         if name not in enabled:
             raise ConfigError(f"model.trunk_gradient_scale has key {name!r}, which is not an enabled head; "
                               f"enabled heads are {enabled}")
-        if not _is_number(factor) or not 0.0 <= factor <= 10.0:
+        if not is_number(factor) or not 0.0 <= factor <= 10.0:
             raise ConfigError(f"model.trunk_gradient_scale.{name} must be a number in [0, 10], got {factor!r}")
     norm = cfg.model.trunk_gradient_norm
-    if norm is not None and (not _is_number(norm) or not 0.0 < norm <= 100.0):
+    if norm is not None and (not is_number(norm) or not 0.0 < norm <= 100.0):
         raise ConfigError(f"model.trunk_gradient_norm must be None or a number in (0, 100], got {norm!r}")
     # A disabled head in the list is fine (a config that turns a head off inherits the list); a name no head
     # has is a typo.
@@ -276,8 +277,3 @@ def validate(cfg: ExperimentConfig) -> None:
                           f"{[t.name for t in cfg.model.heads.tasks]}")
     if cfg.bdd100k is not None and not 0 <= cfg.bdd100k.sample_fraction <= 1:
         raise ConfigError(f"bdd100k.sample_fraction must be in [0, 1], got {cfg.bdd100k.sample_fraction}")
-
-
-def _is_number(value) -> bool:
-    """An int or a float from the config, not a bool (True is an int in Python)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

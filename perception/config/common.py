@@ -67,9 +67,14 @@ def _validate_duration(trainer: dict) -> None:
         raise ConfigError("trainer.max_steps and trainer.max_epochs are both -1: the run would never end; set one")
 
 
+def is_number(value) -> bool:
+    """An int or a float from the config, not a bool (True is an int in Python)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_betas(key: str, betas) -> None:
     if (not isinstance(betas, (list, tuple)) or len(betas) != 2
-            or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
+            or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas)):
         raise ConfigError(f"{key} must be two numbers in [0, 1) (AdamW's moment decays), got {betas!r}")
 
 
