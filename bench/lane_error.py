@@ -69,7 +69,8 @@ def lane_rows(model, dataset, collate, cfg, batch_size: int = 16) -> list[dict]:
 
     post, (height, width) = cfg.postprocess, cfg.input_size
     num_points = cfg.model.heads.lanes.num_points
-    rows = anchor_rows(num_points, height)
+    row_top = post.lane_row_top or 0.0  # where the head's anchor rows start
+    rows = anchor_rows(num_points, height, row_top)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate)
     out_rows = []
     for batch in loader:
@@ -86,10 +87,10 @@ def lane_rows(model, dataset, collate, cfg, batch_size: int = 16) -> list[dict]:
             scale = float(affine[0, 0])  # original px -> input px
             candidates = decode_lanes(outputs, i, (height, width), affine, CANDIDATE_SCORE,
                                       post.lane_visibility_threshold, post.lane_line_fit_px, None,
-                                      post.lane_fit_horizon_row).polylines
+                                      post.lane_fit_horizon_row, row_top).polylines
             shipped = decode_lanes(outputs, i, (height, width), affine, post.lane_score_threshold,
                                    post.lane_visibility_threshold, post.lane_line_fit_px,
-                                   post.lane_nms_iou, post.lane_fit_horizon_row).polylines
+                                   post.lane_nms_iou, post.lane_fit_horizon_row, row_top).polylines
             iou = lane_iou_matrix(candidates, truth, size)
             oracle = matched_truths(iou)
             found = matched_truths(lane_iou_matrix(shipped, truth, size))
@@ -97,7 +98,8 @@ def lane_rows(model, dataset, collate, cfg, batch_size: int = 16) -> list[dict]:
                 xs, visible = encode_lane(lane @ affine[:2, :2].T + affine[:2, 2], rows, width)
                 round_trip = 0.0
                 if visible.sum() >= 2:
-                    decoded = decode_lane(xs / width, visible, (height, width)) @ inverse[:2, :2].T + inverse[:2, 2]
+                    decoded = decode_lane(xs / width, visible, (height, width), row_top)
+                    decoded = decoded @ inverse[:2, :2].T + inverse[:2, 2]
                     round_trip = float(lane_iou_matrix([decoded], [lane], size)[0, 0])
                 best = int(iou[:, g].argmax()) if len(candidates) else -1
                 out_rows.append(dict(

@@ -110,6 +110,9 @@ class PostprocessConfig:
     # Greedy NMS of the kept lanes by their overlap at the row anchors (perception.core.lane_overlap), for a head
     # trained with matcher.lane_one_to_many_iou, whose duplicate queries on one lane score alike; None: NMS-free.
     lane_nms_iou: float | None = None
+    # Where the lane head's anchor rows start, a fraction of the input height: set from model.heads.lanes.row_top
+    # (leave it unset; a different value is an error). Here so that decoding, and the ONNX sidecar, carry it.
+    lane_row_top: float | None = None
     light_max_per_image: int = 30
     light_score_threshold: float = 0.05
     light_nms_iou: float | None = None  # per-class 2D NMS of the light boxes; None: NMS-free

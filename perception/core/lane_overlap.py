@@ -13,14 +13,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from perception.core.lane_coding import row_spacing
+
 METRIC_HALF_WIDTH = 15.0 / 1640.0  # half of CULane's 30-px line at 1640 px wide, in units of the image width
 MAX_SLANT_WIDENING = 8.0  # a nearly horizontal lane crosses few rows; cap its per-row width there
 
 
-def row_half_widths(xs: torch.Tensor, visible: torch.Tensor, input_size: tuple[int, int]) -> torch.Tensor:
+def row_half_widths(xs: torch.Tensor, visible: torch.Tensor, input_size: tuple[int, int],
+                    row_top: float = 0.0) -> torch.Tensor:
     """Per-row horizontal half-width [M,P] (units of the input width) of lanes xs [M,P] drawn as the metric
     draws them. The slant at a row comes from the lane's neighbouring visible rows; rows where the lane is
-    not visible get its mean over the visible ones (a partner lane visible there is measured with it)."""
+    not visible get its mean over the visible ones (a partner lane visible there is measured with it).
+    ``row_top``: where the anchor rows start (perception.core.lane_coding)."""
     height, width = input_size
     num_rows = xs.shape[-1]
     visible = visible.to(torch.bool)
@@ -28,7 +32,7 @@ def row_half_widths(xs: torch.Tensor, visible: torch.Tensor, input_size: tuple[i
     step = (xs[:, 1:] - xs[:, :-1]).abs() * both
     total = F.pad(step, (1, 0)) + F.pad(step, (0, 1))  # steps on either side of each row
     count = F.pad(both, (1, 0)) + F.pad(both, (0, 1))
-    slope = total / count.clamp(min=1) * width / (height / num_rows)  # dx / dy in pixels
+    slope = total / count.clamp(min=1) * width / row_spacing(num_rows, height, row_top)  # dx / dy in pixels
     half = METRIC_HALF_WIDTH * torch.sqrt(1.0 + slope * slope).clamp(max=MAX_SLANT_WIDENING)
     seen = visible.to(xs.dtype)
     mean = (half * seen).sum(-1, keepdim=True) / seen.sum(-1, keepdim=True).clamp(min=1)

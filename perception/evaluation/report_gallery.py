@@ -74,7 +74,7 @@ def draw_frame(cfg, dataset, index: int, predictor, tasks: tuple[str, ...] = GAL
                            colour=drawing.TRUTH_RGB, width=1)
         drawing.draw_lanes(canvas, decode_lanes(outputs, 0, input_size, meta["affine"], post.lane_score_threshold,
                                                 post.lane_visibility_threshold, post.lane_line_fit_px,
-                                                post.lane_nms_iou, post.lane_fit_horizon_row))
+                                                post.lane_nms_iou, post.lane_fit_horizon_row, post.lane_row_top))
     if "lights" in tasks and "lights.logits" in outputs and meta["lights_gt"] is not None:
         drawing.draw_boxes_2d(canvas, meta["lights_gt"]["boxes_xyxy"])
         drawing.draw_lights(canvas, decode_lights(outputs, 0, input_size, meta["affine"], post.light_max_per_image,

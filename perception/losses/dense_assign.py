@@ -86,34 +86,37 @@ def token_cell_widths(anchors: torch.Tensor, sizes: list[int]) -> torch.Tensor:
 
 @torch.no_grad()
 def lane_candidates(anchors: torch.Tensor, sizes: list[int], gt_points: torch.Tensor, gt_visible: torch.Tensor,
-                    radius: float = 1.5, cell: torch.Tensor | None = None) -> torch.Tensor:
+                    radius: float = 1.5, cell: torch.Tensor | None = None, row_top: float = 0.0) -> torch.Tensor:
     """[N,M] bool: token n lies within ``radius`` cells of lane m, on an anchor row the lane crosses (anchors
     [N,4] cxcywh normalised, cell size from the level: w = 1 / level width; gt_points [M,P], gt_visible [M,P];
-    ``cell``: token_cell_widths when the caller has them)."""
+    ``cell``: token_cell_widths when the caller has them; ``row_top``: where the anchor rows start,
+    perception.core.lane_coding). A token above the first row is on no row."""
     num_rows = gt_points.shape[1]
-    row = (anchors[:, 1] * num_rows).long().clamp(0, num_rows - 1)  # (N,): the anchor row nearest each token
+    position = (anchors[:, 1] - row_top) / (1.0 - row_top) * num_rows  # (N,) in row spacings from the first
+    row = position.long().clamp(0, num_rows - 1)  # (N,): the anchor row nearest each token
     cell = token_cell_widths(anchors, sizes) if cell is None else cell
     lane_x = gt_points[:, row].T  # (N, M)
-    on_row = gt_visible[:, row].T  # (N, M)
+    on_row = gt_visible[:, row].T & (position >= 0)[:, None]  # (N, M)
     return on_row & ((anchors[:, :1] - lane_x).abs() <= radius * cell[:, None])
 
 
 @torch.no_grad()
 def lane_assign(anchors: torch.Tensor, sizes: list[int], proposals: torch.Tensor, gt_points: torch.Tensor,
                 gt_visible: torch.Tensor, k: int = 4, radius: float = 1.5,
-                near: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                near: torch.Tensor | None = None, row_top: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(lane index per token [N] (-1: negative), quality [N]: minus the proposal's fit cost).
 
     anchors [N,4] cxcywh normalised (cell size from the level: w = 1 / level width); proposals [N,P]
     the tokens' proposed x per row (normalised; only the ``lane_candidates`` tokens' are read); gt_points [M,P]
-    x per row, gt_visible [M,P] bool; ``near``: ``lane_candidates`` [N,M] when the caller has them.
+    x per row, gt_visible [M,P] bool; ``near``: ``lane_candidates`` [N,M] when the caller has them (else found
+    here, with the anchor rows from ``row_top``).
     """
     n, m = anchors.shape[0], gt_points.shape[0]
     assigned = torch.full((n,), -1, dtype=torch.int64, device=anchors.device)
     if m == 0:
         return assigned, torch.zeros(n, device=anchors.device)
     if near is None:
-        near = lane_candidates(anchors, sizes, gt_points, gt_visible, radius)  # (N, M)
+        near = lane_candidates(anchors, sizes, gt_points, gt_visible, radius, row_top=row_top)  # (N, M)
     fit = (proposals[:, None] - gt_points[None]).abs()  # (N, M, P)
     visible = gt_visible.float()[None]
     cost = (fit * visible).sum(-1) / visible.sum(-1).clamp(min=1)  # (N, M)

@@ -85,9 +85,9 @@ def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, tar
         threshold, points.device)
 
 
-def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Tensor:
-    """Encoded lanes (x at the anchor rows, normalised; visible rows) -> float [B,1,h,w]: each lane
-    drawn through its visible rows, ``MASK_LINE_WIDTH`` cells wide."""
+def lane_masks(targets: list[dict], height: int, width: int, device, row_top: float = 0.0) -> torch.Tensor:
+    """Encoded lanes (x at the anchor rows, normalised; visible rows; the rows start at ``row_top`` of the
+    height) -> float [B,1,h,w]: each lane drawn through its visible rows, ``MASK_LINE_WIDTH`` cells wide."""
     masks = np.zeros((len(targets), 1, height, width), np.uint8)
     if not targets:
         return torch.from_numpy(masks).to(device=device, dtype=torch.float32)
@@ -95,7 +95,7 @@ def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Te
     counts = [len(target["points"]) for target in targets]
     all_points = torch.cat([target["points"] for target in targets]).cpu().numpy()  # (sum M, P)
     all_visible = torch.cat([target["visible"] for target in targets]).cpu().numpy()
-    rows = anchor_rows(all_points.shape[1], height)  # (P,) in mask cells
+    rows = anchor_rows(all_points.shape[1], height, row_top)  # (P,) in mask cells
     for i, start in enumerate(np.cumsum([0] + counts[:-1])):
         points, visible = all_points[start:start + counts[i]], all_visible[start:start + counts[i]]
         for xs, seen in zip(points, visible):
@@ -107,10 +107,10 @@ def lane_masks(targets: list[dict], height: int, width: int, device) -> torch.Te
     return torch.from_numpy(masks).to(device=device, dtype=torch.float32)
 
 
-def lane_mask_loss(logits: torch.Tensor, targets: list[dict]) -> torch.Tensor:
+def lane_mask_loss(logits: torch.Tensor, targets: list[dict], row_top: float = 0.0) -> torch.Tensor:
     """Auxiliary lane-marking mask on the finest memory level: BCE + Dice (markings cover a few %
     of the cells, Dice keeps them from being drowned by the background). logits [B,1,h,w]."""
-    truth = lane_masks(targets, logits.shape[-2], logits.shape[-1], logits.device)
+    truth = lane_masks(targets, logits.shape[-2], logits.shape[-1], logits.device, row_top)
     bce = F.binary_cross_entropy_with_logits(logits.float(), truth)
     dice = soft_dice_loss(logits.float().sigmoid(), truth, dims=tuple(range(truth.dim())))  # over the batch
     return bce + dice
@@ -165,20 +165,22 @@ class LaneCriterion(SetCriterion):
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False,
                  row_classification: bool = False, one_to_many_iou: float | None = None,
-                 one_to_many_regression: float = 0.0):
+                 one_to_many_regression: float = 0.0, row_top: float = 0.0):
         """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes;
         ``row_classification``: also return ``lane_row_ce`` (row_classification_loss) for the matched final
         queries' ``lanes.row_logits``; ``one_to_many_iou``: every decoder query whose lane overlaps a labelled
         lane by at least this ``lane_overlap_iou`` (the F1's IoU, approximated at the rows) is a class positive
         too, not only its Hungarian match; ``one_to_many_regression``: those queries also regress the lane they
         overlap (points, visibility, row classification), averaged over them, at this weight beside the one-to-one
-        losses (H-DETR's one-to-many branch on the same queries). 0: off."""
+        losses (H-DETR's one-to-many branch on the same queries). 0: off. ``row_top``: where the head's anchor rows
+        start, a fraction of the input height (perception.core.lane_coding)."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
         if one_to_many_regression and one_to_many_iou is None:
             raise ValueError("one_to_many_regression regresses the one-to-many queries: set one_to_many_iou too")
         self.line_iou = line_iou
         self.one_to_many_iou = one_to_many_iou
         self.one_to_many_regression = one_to_many_regression
+        self.row_top = row_top
         self.loss_names = (LOSS_NAMES + ((LINE_IOU_LOSS,) if line_iou else ())
                            + ((ROW_CE_LOSS,) if row_classification else ()))
 
@@ -200,7 +202,7 @@ class LaneCriterion(SetCriterion):
         anchors = pred["anchors"][0]  # (N, 4)
         sizes = level_sizes(anchors)
         cell = token_cell_widths(anchors, sizes)  # (N,): once for the batch
-        candidates = [lane_candidates(anchors, sizes, t["points"], t["visible"], cell=cell)
+        candidates = [lane_candidates(anchors, sizes, t["points"], t["visible"], cell=cell, row_top=self.row_top)
                       for t in targets]  # (N, M) each
         near = torch.stack([c.any(1) for c in candidates])  # (B, N): near any lane of the image
         near_b, near_n = torch.nonzero(near, as_tuple=True)
@@ -219,14 +221,16 @@ class LaneCriterion(SetCriterion):
         losses.update(self.point_losses(near_points[row_of[batch_index, token_index]], gt_points, visible,
                                         max(len(batch_index), 1)))
         if "mask" in pred:
-            losses["lane_mask"] = lane_mask_loss(pred["mask"], targets)
+            losses["lane_mask"] = lane_mask_loss(pred["mask"], targets, self.row_top)
         return losses
 
     @staticmethod
-    def encode_targets(per_image: list[dict], input_size: tuple[int, int], num_points: int, device) -> list[dict]:
-        """Polylines (input px) -> labels [M], x at the rows [M,P] (normalised), visible [M,P]."""
+    def encode_targets(per_image: list[dict], input_size: tuple[int, int], num_points: int, device,
+                       row_top: float = 0.0) -> list[dict]:
+        """Polylines (input px) -> labels [M], x at the rows [M,P] (normalised), visible [M,P]; the rows start at
+        ``row_top`` of the input height."""
         height, width = input_size
-        rows = anchor_rows(num_points, height)
+        rows = anchor_rows(num_points, height, row_top)
         polylines, labels_of = host_polylines(per_image)
         encoded = []
         for lanes, image_labels in zip(polylines, labels_of):
@@ -245,10 +249,11 @@ class LaneCriterion(SetCriterion):
         return encoded
 
     def encode(self, per_image: list[dict], input_size: tuple[int, int], outputs: dict, device) -> list[dict]:
-        targets = self.encode_targets(per_image, input_size, outputs["lanes.points"].shape[-1], device)
+        targets = self.encode_targets(per_image, input_size, outputs["lanes.points"].shape[-1], device, self.row_top)
         if self.one_to_many_iou is not None:  # the F1's line width per row [M,P], once for every decoder layer
             for target in targets:
-                target["half_width"] = row_half_widths(target["points"], target["visible"], input_size)
+                target["half_width"] = row_half_widths(target["points"], target["visible"], input_size,
+                                                       self.row_top)
         return targets
 
     def prefix_losses(self, pred: dict[str, torch.Tensor], targets: list[dict],

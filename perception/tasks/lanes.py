@@ -28,7 +28,10 @@ SWEEP_MIN_SCORE = 0.05  # the report's precision/recall sweep starts here
 @dataclass
 class LaneHeadConfig(QueryDecoderConfig):
     num_queries: int = 20
-    num_points: int = 24  # row anchors spread over the input height (perception.core.lane_coding)
+    num_points: int = 24  # row anchors spread over the input height below row_top (perception.core.lane_coding)
+    # Where the anchor rows start, a fraction of the input height: lanes lie below the horizon, and rows above it are
+    # never crossed (UFLD's CULane rows start at 0.42). 0: the whole height.
+    row_top: float = 0.0
     # The final points snap to a stride-4 lane-marking map within snap_radius cells (models/heads/lane_marking.py).
     marking_refinement: bool = False
     snap_radius: int = 4
@@ -57,7 +60,8 @@ class LaneTask(Task):
     loss_names = LOSS_NAMES + (LINE_IOU_LOSS, ROW_CE_LOSS)
     output_meanings = {
         "lanes.logits": "[B,Q,C] lane class logits, sigmoid (no background class); C = lane classes",
-        "lanes.points": "[B,Q,P] x at P anchor rows y_k = (k + 0.5) / P * H, divided by the input width "
+        "lanes.points": "[B,Q,P] x at P anchor rows y_k = (t + (k + 0.5) / P * (1 - t)) * H, t = postprocess "
+                        "parameter lane_row_top, divided by the input width "
                         "(outside [0, 1]: the lane is off the image at that row; use lanes.visibility)",
         "lanes.visibility": "[B,Q,P] logit that the lane crosses anchor row k inside the image",
     }
@@ -70,6 +74,16 @@ class LaneTask(Task):
         validate_query_head(self.name, head)
         if head.num_points < 2:
             raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {head.num_points}")
+        row_top = head.row_top
+        if isinstance(row_top, bool) or not isinstance(row_top, (int, float)) or not 0.0 <= row_top < 1.0:
+            raise ConfigError(f"model.heads.lanes.row_top must be in [0, 1) of the input height, got {head.row_top!r}")
+        # Decoding reads the rows from the post-processing parameters (the ONNX sidecar carries them): one value.
+        if cfg.postprocess.lane_row_top is None:
+            cfg.postprocess.lane_row_top = head.row_top
+        elif cfg.postprocess.lane_row_top != head.row_top:
+            raise ConfigError(f"postprocess.lane_row_top ({cfg.postprocess.lane_row_top}) must equal "
+                              f"model.heads.lanes.row_top ({head.row_top}), where the head's rows start; leave it "
+                              "unset and it is taken from there")
         if head.snap_radius < 1:
             raise ConfigError(f"model.heads.lanes.snap_radius must be >= 1 (cells of the stride-4 marking map), "
                               f"got {head.snap_radius}")
@@ -94,7 +108,7 @@ class LaneTask(Task):
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
                         marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
-                        **head.decoder_kwargs())
+                        row_top=head.row_top, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher
@@ -104,7 +118,8 @@ class LaneTask(Task):
                              line_iou=cfg.loss_weights.get(LINE_IOU_LOSS, 0.0) > 0,
                              row_classification=head is not None and head.marking_search == "kernel",
                              one_to_many_iou=m.lane_one_to_many_iou,
-                             one_to_many_regression=m.lane_one_to_many_regression)
+                             one_to_many_regression=m.lane_one_to_many_regression,
+                             row_top=head.row_top if head is not None else 0.0)
 
     def empty_targets(self) -> dict:
         return {"valid": False, "polylines": [], "labels": torch.zeros(0, dtype=torch.int64)}
@@ -124,7 +139,7 @@ class LaneTask(Task):
         """ImageLanes: polylines in original pixels, labels, scores."""
         return decode_lanes(outputs, i, tuple(input_size), affine, post.lane_score_threshold,
                             post.lane_visibility_threshold, post.lane_line_fit_px, post.lane_nms_iou,
-                            post.lane_fit_horizon_row)
+                            post.lane_fit_horizon_row, post.lane_row_top)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_lanes
@@ -144,7 +159,8 @@ class LaneTask(Task):
 
             low = decode_lanes(outputs, i, tuple(cfg.input_size), meta["affine"], SWEEP_MIN_SCORE,
                                cfg.postprocess.lane_visibility_threshold, cfg.postprocess.lane_line_fit_px,
-                               cfg.postprocess.lane_nms_iou, cfg.postprocess.lane_fit_horizon_row)
+                               cfg.postprocess.lane_nms_iou, cfg.postprocess.lane_fit_horizon_row,
+                               cfg.postprocess.lane_row_top)
             result["lane_sweep"] = lane_sweep_entry(low.polylines, low.scores, truth, meta["orig_size"])
         return result
 

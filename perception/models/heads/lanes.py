@@ -80,15 +80,15 @@ class LaneHead(QueryDecoderHead):
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
                  cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False,
-                 gap_fit: bool = False, horizon_row: float | None = None):
+                 gap_fit: bool = False, horizon_row: float | None = None, row_top: float = 0.0):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
                          cross_attention=cross_attention)
         self.num_points = num_points
         self.horizon_row = horizon_row
-        # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom): (P,)
-        self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0), dtype=torch.float32),
+        # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom, from row_top): (P,)
+        self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0, row_top), dtype=torch.float32),
                              persistent=False)
         basis = row_basis(num_points)
         if horizon_row is not None:  # (P, K + 1): the perspective curve beside the cubic
