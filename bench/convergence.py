@@ -215,6 +215,11 @@ VARIANTS = {
                                 "a lane; encoded and decoded, the held-out lanes keep a mean IoU of 0.90 instead of "
                                 "0.84 with their own labels, and the rows land at 5.3 input px apart instead of 9.3",
                                 {"model.heads.lanes.row_top": 0.42}),
+    "lane_rows_below_horizon_share_1": (
+        "lane_rows_below_horizon with the lane head's normalised trunk gradient back at weight 1 (run 15's equal "
+        "shares): with their rows on the road the lanes led run 16 at 600 steps on every seed, so they may need less "
+        "of the trunk, and the light and obstacle heads lost with the lanes at weight 2",
+        {"model.heads.lanes.row_top": 0.42, **RUN_15}),
     "norm_lr_1.5e-3": ("run 16 at a learning rate of 1.5e-3 instead of 1e-3: at 2e-3 the obstacle head once collapsed "
                        "to input-independent outputs, with the loss's size setting each head's push on the trunk; "
                        "with the trunk's gradients normalised per head and clipped apart, a larger step may be safe, "
