@@ -4,10 +4,11 @@ A lane is described at ``P`` rows spread evenly over the network input's height 
 fraction of the height, ``model.heads.lanes.row_top``; 0: the whole height), top to bottom: row k sits
 at y_k = (top + (k + 0.5) / P * (1 - top)) * H. Lanes lie below the horizon, so rows above it are
 never crossed: starting the rows there puts all P on the road (UFLD's CULane row anchors start at
-0.42 of the height). Per row, the lane's x (normalised by the input width)
-and whether the lane crosses that row inside the image (visibility). Ground-truth polylines
-(input pixels) are encoded by intersecting them with the rows; predictions are decoded back to
-polylines through the visible rows.
+0.42 of the height).
+
+Per row, the lane's x (normalised by the input width) and whether the lane crosses that row inside
+the image (visibility). Ground-truth polylines (input pixels) are encoded by intersecting them with
+the rows; predictions are decoded back to polylines through the visible rows.
 """
 
 from __future__ import annotations
