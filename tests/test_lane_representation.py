@@ -61,9 +61,10 @@ def test_encoded_ground_truth_scores_near_one_and_row_noise_costs_little(bdd_dat
 
 
 def test_rows_below_the_horizon_hold_the_lanes_closer(bdd_dataset):
-    """The demo's rows start at 0.42 of the input height (model.heads.lanes.row_top): all 24 on the road instead of
-    about 13, so the encoded lanes follow their bends and reach nearer their ends. Encoded and decoded through the
-    same path as training and scoring, they score at least as well as rows over the whole height."""
+    """Rows from 0.42 of the demo's input height (model.heads.lanes.row_top; the demo keeps 0) put all 24 on the
+    road instead of about 13, so the encoded lanes follow their bends and reach nearer their ends. Encoded and
+    decoded through the same path as training and scoring, they score at least as well as rows over the whole
+    height."""
     dataset = Bdd100kDataset(bdd_dataset, "val", CameraTransform(INPUT_SIZE, train=False), tasks=CAMERA_TASKS)
     whole, below = representation_f1(dataset, 0.0), representation_f1(dataset, 0.0, row_top=0.42)
     assert below >= 0.9 and below >= whole - 0.01, f"F1 {below:.3f} with the rows from 0.42, {whole:.3f} without"

@@ -74,8 +74,7 @@ class LaneTask(Task):
         validate_query_head(self.name, head)
         if head.num_points < 2:
             raise ConfigError(f"model.heads.lanes.num_points must be >= 2, got {head.num_points}")
-        row_top = head.row_top
-        if isinstance(row_top, bool) or not isinstance(row_top, (int, float)) or not 0.0 <= row_top < 1.0:
+        if not 0.0 <= head.row_top < 1.0:  # the parser has made it a float (perception.config._parse)
             raise ConfigError(f"model.heads.lanes.row_top must be in [0, 1) of the input height, got {head.row_top!r}")
         # Decoding reads the rows from the post-processing parameters (the ONNX sidecar carries them): one value.
         if cfg.postprocess.lane_row_top is None:
