@@ -16,7 +16,7 @@ model = dict(
 loss_weights = dict(
     drivable_ce=1.0, drivable_dice=1.0,
     obstacle_cls=2.0, obstacle_l1=5.0, obstacle_giou=2.0, obstacle_center=5.0, obstacle_depth=1.0,
-    obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5,
+    obstacle_size=1.0, obstacle_yaw=1.0, obstacle_velocity=0.2, obstacle_attribute=0.5, obstacle_bottom=5.0,
     lane_cls=2.0, lane_points=5.0, lane_visibility=1.0, lane_mask=1.0,
     light_cls=2.0, light_l1=5.0, light_giou=2.0,
 )

@@ -99,6 +99,13 @@ class PostprocessConfig:
     # With model.heads.obstacles.depth_uncertainty: score = class score x P(depth within 1 m); False: class score only.
     # Off: on the 10-scene held-out split it cost mAP (0.043 vs 0.069 on the same checkpoint; convergence study).
     obstacle_depth_confidence: bool = False
+    # With model.heads.obstacles.ground_keypoint: each box's depth also from where its bottom centre meets the ground
+    # (the camera's height over nuScenes' ego ground plane, z = 0), fused with the regressed depth by inverse variance:
+    # the ground depth's relative error taken as z x obstacle_bottom_px_error / (fy x camera height), the regression's
+    # as obstacle_depth_relative_error. False: the regressed depth only.
+    obstacle_ground_depth: bool = False
+    obstacle_bottom_px_error: float = 1.0  # input px
+    obstacle_depth_relative_error: float = 0.08
     lane_score_threshold: float = 0.3  # lane F1 is measured at this one operating point
     lane_visibility_threshold: float = 0.5
     # Put each lane's rows on a robust straight line (Huber scale in input px; postprocess/lane_fit.py); None: as

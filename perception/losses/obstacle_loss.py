@@ -12,7 +12,14 @@ from perception.core.obstacle_coding import NO_ATTRIBUTE, encode_depth
 from perception.losses.box_set_loss import BoxSetCriterion
 
 LOSS_NAMES = ("obstacle_cls", "obstacle_l1", "obstacle_giou", "obstacle_center", "obstacle_depth",
-              "obstacle_size", "obstacle_yaw", "obstacle_velocity", "obstacle_attribute")
+              "obstacle_size", "obstacle_yaw", "obstacle_velocity", "obstacle_attribute", "obstacle_bottom")
+
+
+def bottom_rows(centre_cam: torch.Tensor, height_m: torch.Tensor, intrinsics: torch.Tensor) -> torch.Tensor:
+    """centre_cam [N,3] (camera frame, y down), height_m [N], intrinsics [3,3] of the input -> [N] input-pixel row
+    of each box's bottom centre: the centre moved h/2 along the camera's y (down for a level camera)."""
+    depth = centre_cam[:, 2].clamp(min=0.1)
+    return intrinsics[1, 1] * (centre_cam[:, 1] + 0.5 * height_m) / depth + intrinsics[1, 2]
 
 
 class ObstacleCriterion(BoxSetCriterion):
@@ -29,7 +36,8 @@ class ObstacleCriterion(BoxSetCriterion):
         for t in per_image:
             t = {k: v.to(device) if torch.is_tensor(v) else v for k, v in t.items()}
             centre_cam = t["center_cam"].float()
-            fx = t["intrinsics"][0, 0].float()
+            intrinsics = t["intrinsics"].float()
+            fx = intrinsics[0, 0]
             encoded.append({
                 "labels": t["labels"].long(),
                 "boxes": box_convert(t["boxes_xyxy"].float() / scale, "xyxy", "cxcywh"),
@@ -39,6 +47,7 @@ class ObstacleCriterion(BoxSetCriterion):
                 "yaw": torch.stack([t["yaw"].sin(), t["yaw"].cos()], -1).float(),
                 "velocity": t["velocity"].float(),
                 "attribute": t["attributes"].long(),
+                "bottom": bottom_rows(centre_cam, t["size_wlh"][:, 2].float(), intrinsics) / height,
             })
         return encoded
 
@@ -79,7 +88,9 @@ class ObstacleCriterion(BoxSetCriterion):
         if "center" not in pred:  # encoder proposals carry only classes and boxes
             return {}
         losses = {}
-        for name in ("center", "depth", "size", "yaw", "velocity"):
+        for name in ("center", "depth", "size", "yaw", "velocity", "bottom"):
+            if name not in pred:  # "bottom" only with the head's ground_keypoint
+                continue
             value = pred[name][batch_index, query_index]
             if name == "depth" and "depth_log_scale" in pred:  # with a predicted scale: the Laplace NLL, not the L1
                 losses["obstacle_depth"] = self.laplace_depth_loss(

@@ -16,6 +16,7 @@ from torchvision.ops import batched_nms, box_convert
 
 from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, CLASS_ATTRIBUTES, decode_depth
+from perception.postprocess.ground_depth import GroundDepth, fuse_ground_depth
 from perception.postprocess.top_k import top_k_detections
 
 MERGE_RADIUS = {"pedestrian": 0.5, "traffic_cone": 0.4, "barrier": 0.8, "bicycle": 0.7, "motorcycle": 0.8}
@@ -52,12 +53,13 @@ def depth_confidence(depth_m: torch.Tensor, log_scale: torch.Tensor) -> torch.Te
 
 def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.ndarray, input_size: tuple[int, int],
                  max_detections: int = 100, score_threshold: float = 0.05, nms_iou: float | None = None,
-                 use_depth_confidence: bool = False) -> CameraBoxes:
+                 use_depth_confidence: bool = False, ground: GroundDepth | None = None) -> CameraBoxes:
     """Top-k detections of image ``index`` of a batch; ``intrinsics`` of the network input. ``nms_iou``: also
     drop a detection whose 2D box overlaps a higher-scoring one of its class by more than this IoU (for heads
     trained with one-to-many class targets, whose duplicate queries score alike); None: NMS-free.
     ``use_depth_confidence``: where the outputs have ``obstacles.depth_log_scale``, multiply each score by
-    ``depth_confidence`` and re-rank (top-k and NMS still go by class score)."""
+    ``depth_confidence`` and re-rank (top-k and NMS still go by class score). ``ground``: where the outputs have
+    ``obstacles.bottom``, fuse the regressed depth with the ground plane's (postprocess/ground_depth.py)."""
     height, width = input_size
     scores, queries, labels = top_k_detections(outputs["obstacles.logits"][index], max_detections, score_threshold)
     if nms_iou is not None and len(scores):
@@ -66,11 +68,17 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
         scores, queries, labels = scores[keep], queries[keep], labels[keep]
     fx = float(intrinsics[0, 0])
     depth = decode_depth(outputs["obstacles.depth"][index][queries].float(), fx)
+    uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
+    size_wlh = outputs["obstacles.size"][index][queries].float().exp()
+    if ground is not None and "obstacles.bottom" in outputs and len(depth):
+        bottom_v = outputs["obstacles.bottom"][index][queries].float().numpy() * height
+        depth = torch.from_numpy(fuse_ground_depth(depth.numpy().astype(np.float64), uv[:, 0].numpy(), bottom_v,
+                                                   size_wlh[:, 2].numpy(), intrinsics, ground)).float()
     if use_depth_confidence and "obstacles.depth_log_scale" in outputs:  # class score x P(depth within 1 m)
         scores = scores * depth_confidence(depth, outputs["obstacles.depth_log_scale"][index][queries].float())
         order = torch.argsort(scores, descending=True, stable=True)  # best first, as without it
         scores, queries, labels, depth = scores[order], queries[order], labels[order], depth[order]
-    uv = outputs["obstacles.center"][index][queries].float() * torch.tensor([width, height])
+        uv, size_wlh = uv[order], size_wlh[order]
     pixels = torch.cat([uv, torch.ones_like(uv[:, :1])], dim=1).numpy()
     rays = pixels @ np.linalg.inv(intrinsics).T  # z = 1
     centre = rays * depth.numpy()[:, None]
@@ -80,7 +88,7 @@ def decode_image(outputs: dict[str, torch.Tensor], index: int, intrinsics: np.nd
     best = attribute_logits.masked_fill(~allowed, float("-inf")).argmax(dim=1)
     attributes = [ATTRIBUTE_NAMES[b] if ok else "" for b, ok in zip(best.tolist(), allowed.any(dim=1).tolist())]
     return CameraBoxes(
-        center_cam=centre, size_wlh=outputs["obstacles.size"][index][queries].float().exp().numpy(),
+        center_cam=centre, size_wlh=size_wlh.numpy(),
         yaw_cam=torch.atan2(yaw[:, 0], yaw[:, 1]).numpy(),
         velocity_cam=outputs["obstacles.velocity"][index][queries].float().numpy(),
         labels=labels.numpy(), scores=scores.numpy(), attributes=attributes,

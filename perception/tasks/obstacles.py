@@ -18,6 +18,7 @@ from perception.core.errors import ConfigError
 from perception.core.nuscenes_constants import DETECTION_CLASSES
 from perception.core.obstacle_coding import ATTRIBUTE_NAMES, F_REF, attribute_index
 from perception.losses.obstacle_loss import ObstacleCriterion
+from perception.postprocess.ground_depth import GroundDepth, ground_in_camera
 from perception.postprocess.obstacles import decode_image, merge_cameras, to_global
 from perception.tasks.base import ScoringContext, Task, box_set_criterion, validate_box_query_head
 from perception.tasks.decoder_config import BoxQueryConfig
@@ -39,6 +40,9 @@ class ObstacleHeadConfig(BoxQueryConfig):
     # Training only: every memory token also regresses the depth of the object it would detect, trained by the dense
     # loss on the box ATSS positives (FCOS3D / MonoDETR's foreground depth; not in the exported graph).
     dense_depth: bool = False
+    # Also place the image row of each box's bottom centre (obstacles.bottom): with postprocess.obstacle_ground_depth
+    # the decoder turns it into depth from the camera's height over flat ground and fuses that with the regression.
+    ground_keypoint: bool = False
 
 
 def empty_obstacles() -> dict:
@@ -92,6 +96,11 @@ class ObstacleTask(Task):
         "obstacles.size": "[B,Q,3] log of (width, length, height) in metres",
         "obstacles.yaw": "[B,Q,2] (sin, cos) of the yaw in the camera frame (x right, y down, z forward)",
         "obstacles.velocity": "[B,Q,2] (v_x, v_z) m/s in the camera frame",
+        "obstacles.bottom": ("[B,Q] (with model.heads.obstacles.ground_keypoint) row v of the box's bottom centre (the "
+                             "projected 3D centre moved half its height down to the ground), normalised to [0, 1] of "
+                             "the network input; with postprocess.obstacle_ground_depth the decoder intersects the ray "
+                             "through (center u, bottom v) with the ground plane (ego z = 0) and fuses that depth with "
+                             "the regressed one"),
         "obstacles.attribute": "[B,Q,A] attribute logits (argmax over the class's allowed attributes)",
     }
     class_names = {"obstacles": list(DETECTION_CLASSES), "obstacle_attributes": list(ATTRIBUTE_NAMES)}
@@ -103,13 +112,20 @@ class ObstacleTask(Task):
         if head.yaw_bins == 1 or head.yaw_bins < 0:
             raise ConfigError(f"model.heads.obstacles.yaw_bins must be 0 (a (sin, cos) regression) or >= 2, "
                               f"got {head.yaw_bins}")
+        post = cfg.postprocess
+        if post.obstacle_ground_depth and not head.ground_keypoint:
+            raise ConfigError("postprocess.obstacle_ground_depth needs the bottom-centre rows the head places with "
+                              "model.heads.obstacles.ground_keypoint=True")
+        for key in ("obstacle_bottom_px_error", "obstacle_depth_relative_error"):
+            if not getattr(post, key) > 0:
+                raise ConfigError(f"postprocess.{key} must be > 0, got {getattr(post, key)!r}")
 
     def build_head(self, head: ObstacleHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.obstacles import ObstacleHead
 
         return ObstacleHead(in_channels, **head.decoder_kwargs(), yaw_bins=head.yaw_bins,
                             depth_uncertainty=head.depth_uncertainty, dense_depth=head.dense_depth,
-                            input_height=input_size[0] if head.geometric_depth else None)
+                            ground_keypoint=head.ground_keypoint, input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):
         return box_set_criterion(ObstacleCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.obstacle_one_to_many_iou,
@@ -121,10 +137,17 @@ class ObstacleTask(Task):
     def item_targets(self, dataset, info: dict, out: dict) -> dict | None:
         return nuscenes_obstacle_targets(info, out) if dataset.name == "nuscenes" else None
 
-    def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None):
-        """CameraBoxes in the camera frame; ``input_intrinsics``: the camera's intrinsics in input pixels."""
+    def decode(self, outputs, i, input_size, affine, orig_size, post, input_intrinsics=None, ego_from_camera=None):
+        """CameraBoxes in the camera frame; ``input_intrinsics``: the camera's intrinsics in input pixels;
+        ``ego_from_camera`` [4,4] (nuScenes' ego frame: z up, z = 0 on the ground): with
+        ``postprocess.obstacle_ground_depth``, depth also from the ground plane."""
+        ground = None
+        if post.obstacle_ground_depth and ego_from_camera is not None:
+            ground = GroundDepth(*ground_in_camera(np.asarray(ego_from_camera, np.float64)),
+                                 post.obstacle_bottom_px_error, post.obstacle_depth_relative_error)
         return decode_image(outputs, i, input_intrinsics, tuple(input_size), post.obstacle_max_per_image,
-                            post.obstacle_score_threshold, post.obstacle_nms_iou, post.obstacle_depth_confidence)
+                            post.obstacle_score_threshold, post.obstacle_nms_iou, post.obstacle_depth_confidence,
+                            ground)
 
     def draw(self, canvas, prediction, intrinsics, min_score) -> None:
         from perception.drawing import draw_boxes_3d
@@ -140,7 +163,7 @@ class ObstacleTask(Task):
         if meta["dataset"] != "nuscenes":
             return {}
         boxes = self.decode(outputs, i, cfg.input_size, meta["affine"], meta["orig_size"], cfg.postprocess,
-                            meta["intrinsics"])
+                            meta["intrinsics"], meta["ego_from_camera"])
         result = {"boxes": to_global(boxes, meta["ego_from_camera"], meta["global_from_ego"])}
         if info is not None:
             from perception.scoring.frame_scores import obstacle_frame_counts, visible_truth_boxes
