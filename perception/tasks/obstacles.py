@@ -125,7 +125,8 @@ class ObstacleTask(Task):
 
         return ObstacleHead(in_channels, **head.decoder_kwargs(), yaw_bins=head.yaw_bins,
                             depth_uncertainty=head.depth_uncertainty, dense_depth=head.dense_depth,
-                            ground_keypoint=head.ground_keypoint, input_height=input_size[0] if head.geometric_depth else None)
+                            ground_keypoint=head.ground_keypoint,
+                            input_height=input_size[0] if head.geometric_depth else None)
 
     def build_criterion(self, cfg):
         return box_set_criterion(ObstacleCriterion, cfg.matcher, one_to_many_iou=cfg.matcher.obstacle_one_to_many_iou,
