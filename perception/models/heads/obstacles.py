@@ -24,9 +24,11 @@ start from) a depth signal from a few tokens per object and level. Absent from i
 Ground keypoint (``ground_keypoint``): the head also places the image row of the box's bottom centre
 (``obstacles.bottom``, the projection of the 3D centre moved h/2 down to the ground). A camera at a known height
 over flat ground turns that row into depth, z = fy x camera height / (v - cy); post-processing fuses it with the
-regressed depth (``postprocess.obstacle_ground_depth``; postprocess/obstacles.py). Why: on run 16's held-out
+regressed depth (``postprocess.obstacle_ground_depth``; postprocess/ground_depth.py). Why: on run 16's held-out
 detections the projected centre's row was off by a median 1.0-1.2 px at 10-30 m while the regressed depth was off
-by 6-8 %; a row that precise on the ground gives 2-4 %.
+by 6-8 %; a row that precise on the ground gives 2-4 %. Off by default: trained (convergence study, ground_depth),
+the bottom row was off by 1.9-2.8 px at 10-30 m, as the box's bottom edge is (it sits f h / 2z below the centre,
+so placing it is reading depth again), and mAP fell (0.136 against 0.185 at seed 0).
 
 The 3D MLP reads the query's own 2D box (detached) beside its feature: a query's feature says what
 the object looks like but not where in the image it is, and the image row of an object's foot and
