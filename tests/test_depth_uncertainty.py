@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 from conftest import experiment_dict
-from head_export import GRAPH_PLUMBING, export_head, one_obstacle
+from head_export import GRAPH_PLUMBING, export_head, one_obstacle, train_head
 
 from perception.build import build_model
 from perception.config import parse_config
@@ -47,15 +47,7 @@ def test_head_with_depth_uncertainty_trains_it_and_exports_it(tmp_path):
     assert outputs["obstacles.aux0.depth_log_scale"].shape == (1, 5)  # every decoder layer is supervised
 
     targets = one_obstacle(yaw=0.0)
-    criterion = ObstacleCriterion(dense_weight=0.0)
-    optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
-    history = []
-    for _ in range(60):
-        losses = criterion(head(levels), targets, head=head)
-        history.append(losses["obstacle_depth"].item())
-        optimiser.zero_grad()
-        sum(losses.values()).backward()
-        optimiser.step()
+    history = train_head(head, ObstacleCriterion(dense_weight=0.0), levels, targets, 60, "obstacle_depth")
     assert history[-1] < history[0] - 1.0, history  # the NLL falls as the depth fits and the scale narrows
 
     head.eval()

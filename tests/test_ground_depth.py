@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import experiment_dict
-from head_export import GRAPH_PLUMBING, export_head, one_obstacle
+from head_export import GRAPH_PLUMBING, export_head, one_obstacle, train_head
 
 from perception.build import build_datamodule, build_model
 from perception.config import parse_config
@@ -92,15 +92,7 @@ def test_head_places_the_bottom_row_trains_it_and_exports_it(tmp_path):
     targets = one_obstacle(yaw=0.0)
     target_row = float(bottom_rows(torch.tensor([[1.0, 0.5, 12.0]]), torch.tensor([1.6]),
                                    torch.tensor([[50.0, 0, 32], [0, 50.0, 16], [0, 0, 1]]))[0]) / 32
-    criterion = ObstacleCriterion(dense_weight=0.0)
-    optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
-    history = []
-    for _ in range(80):
-        losses = criterion(head(levels), targets, head=head)
-        history.append(losses["obstacle_bottom"].item())
-        optimiser.zero_grad()
-        sum(losses.values()).backward()
-        optimiser.step()
+    history = train_head(head, ObstacleCriterion(dense_weight=0.0), levels, targets, 80, "obstacle_bottom")
     assert history[-1] < 0.3 * history[0], history
     head.eval()
     with torch.no_grad():

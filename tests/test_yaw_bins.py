@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import experiment_dict
-from head_export import GRAPH_PLUMBING, export_head, one_obstacle
+from head_export import GRAPH_PLUMBING, export_head, one_obstacle, train_head
 
 from perception.config import parse_config
 from perception.core.errors import ConfigError
@@ -65,16 +65,8 @@ def test_head_with_bins_trains_them_and_exports_only_the_heading(tmp_path):
     assert outputs["obstacles.yaw_per_bin"].shape == (1, 5, 4, 2)
     assert torch.allclose(outputs["obstacles.yaw"], _sincos(0.0).expand(1, 5, 2))  # every bin (0, 1) at the start
     targets = one_obstacle(yaw=2.0)
-    criterion = ObstacleCriterion(dense_weight=0.0)
-    optimiser = torch.optim.Adam(head.parameters(), lr=3e-3)
-    first = None
-    for _ in range(40):
-        losses = criterion(head(levels), targets, head=head)
-        first = first if first is not None else losses["obstacle_yaw"].item()
-        optimiser.zero_grad()
-        sum(losses.values()).backward()
-        optimiser.step()
-    assert losses["obstacle_yaw"].item() < 0.5 * first, (first, losses["obstacle_yaw"].item())
+    history = train_head(head, ObstacleCriterion(dense_weight=0.0), levels, targets, 40, "obstacle_yaw")
+    assert history[-1] < 0.5 * history[0], (history[0], history[-1])
 
     head.eval()
     with torch.no_grad():
