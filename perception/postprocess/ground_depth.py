@@ -53,10 +53,9 @@ def fuse_ground_depth(regressed: np.ndarray, centre_u: np.ndarray, bottom_v: np.
     bottom = ground_plane_depth(centre_u, bottom_v, intrinsics, ground)
     geometric = bottom + 0.5 * box_height * ground.up[2]  # the centre, h/2 up; ~ the bottom's depth when level
     usable = np.isfinite(geometric) & (geometric > 0.1)
-    fy = float(intrinsics[1, 1])
-    relative_error = np.where(usable, geometric, 1.0) * ground.bottom_px_error / (fy * ground.height)
+    geometric = np.where(usable, geometric, 1.0)  # a placeholder where the weight below is 0
+    relative_error = geometric * ground.bottom_px_error / (float(intrinsics[1, 1]) * ground.height)
     weight = np.where(usable, 1.0 / relative_error ** 2, 0.0)
     regressed_weight = 1.0 / ground.depth_relative_error ** 2
-    log_depth = np.log(np.clip(regressed, 0.1, None)) * regressed_weight
-    log_depth = log_depth + np.where(usable, np.log(np.where(usable, geometric, 1.0)), 0.0) * weight
+    log_depth = np.log(np.clip(regressed, 0.1, None)) * regressed_weight + np.log(geometric) * weight
     return np.exp(log_depth / (regressed_weight + weight))
