@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -97,3 +99,51 @@ def test_the_export_passes_every_deployment_check_and_is_the_pytorch_model(tmp_p
 def test_bad_own_necks_are_config_errors(value):
     with pytest.raises(ConfigError, match="model.own_necks"):
         two_head_config(value)
+
+
+def test_a_neck_of_its_own_computes_only_the_levels_its_head_reads_and_old_checkpoints_still_load(tmp_path):
+    """The obstacle and lane heads' memories read strides 8-32, the lights 4-16 (the demo): a pyramid of their own
+    builds no conv for the rest (no weight without a gradient under DDP, no wasted work). Built in full and then
+    pruned, the kept weights are those of the full pyramid at the same seed (seeded runs reproduce), and a checkpoint
+    holding the pruned weights loads for testing but cannot be resumed (its optimizer state counts them)."""
+    from perception.core.checkpoint import CheckpointMismatchError, check_resume_fits, load_model_weights
+    from perception.models.fpn import FPN
+
+    torch.manual_seed(0)
+    full = FPN([32, 64, 128, 256], 32)
+    torch.manual_seed(0)
+    coarse = FPN([32, 64, 128, 256], 32, out_levels=(1, 2, 3))
+    torch.manual_seed(0)
+    fine = FPN([32, 64, 128, 256], 32, out_levels=(0, 1, 2))
+    features = [torch.randn(2, c, 56 // 2 ** i, 112 // 2 ** i) for i, c in enumerate([32, 64, 128, 256])]
+    reference = full(features)
+    for pyramid, kept in ((coarse, (1, 2, 3)), (fine, (0, 1, 2))):
+        levels = pyramid(features)
+        assert [i for i, level in enumerate(levels) if level is not None] == list(kept)
+        for i in kept:
+            assert torch.equal(levels[i], reference[i])
+    assert not any(k.startswith(("lateral.0.", "output.0.")) for k in coarse.state_dict())
+    assert "lateral.3.weight" in fine.state_dict() and "output.3.0.weight" not in fine.state_dict()
+
+    # A checkpoint of the full pyramid (written before the pruning): loads into the pruned one, cannot resume.
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in full.state_dict().items()}}, path)
+    load_model_weights(coarse, str(path))
+    with pytest.raises(CheckpointMismatchError, match=r"(?s)--resume checkpoint .*lateral\.0\..*new run"):
+        check_resume_fits(coarse, str(path))
+    with pytest.raises(ValueError, match="out_levels"):
+        FPN([32, 64], 32, out_levels=(2,))
+
+
+def test_the_demo_model_builds_no_weight_its_heads_never_read():
+    """configs/demo_synthetic.py: deformable box heads (no positional level embedding) and a pyramid per query
+    head with only the levels it reads."""
+    from perception.config import load_config
+
+    cfg = parse_config(load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs",
+                                                "demo_synthetic.py")))
+    model = build_model(cfg.model, tuple(cfg.input_size))
+    assert model.heads["obstacles"].memory.level_embed is None and model.heads["lights"].memory.level_embed is None
+    assert model.own_necks["obstacles"].out_levels == (1, 2, 3) == model.heads["obstacles"].input_levels()
+    assert model.own_necks["lanes"].out_levels == (0, 1, 2, 3)  # the marking map reads stride 4
+    assert model.own_necks["lights"].out_levels == (0, 1, 2)

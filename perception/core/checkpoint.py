@@ -34,12 +34,34 @@ def model_weights(state: dict, prefer_average: bool = True) -> dict:
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
+def declare_pruned_state(module: nn.Module, keys: tuple[str, ...]) -> None:
+    """``module`` no longer has these state-dict entries (key prefixes relative to it), which checkpoints written
+    before it dropped them still hold: they are dropped when such a checkpoint loads, and ``check_weights_fit``
+    does not count them as unexpected."""
+    module.pruned_state_keys = tuple(keys)
+    if module.pruned_state_keys:
+        module.register_load_state_dict_pre_hook(_drop_pruned_state)
+
+
+def _drop_pruned_state(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        if key[len(prefix):].startswith(module.pruned_state_keys):
+            del state_dict[key]
+
+
+def pruned_keys(model: nn.Module, keys) -> set[str]:
+    """The ``keys`` of a checkpoint that modules of ``model`` declared pruned (``declare_pruned_state``)."""
+    prefixes = tuple(f"{name}.{key}" if name else key for name, module in model.named_modules()
+                     for key in getattr(module, "pruned_state_keys", ()))
+    return {k for k in keys if k.startswith(prefixes)} if prefixes else set()
+
+
 def check_weights_fit(model: nn.Module, weights: dict, path: str) -> None:
     """Raise CheckpointMismatchError listing the tensors of ``weights`` (read from ``path``) that do
     not fit ``model``: missing, unexpected, or of another shape."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
+    unexpected = sorted(set(weights) - set(expected) - pruned_keys(model, weights))
     wrong_shape = sorted(k for k in set(expected) & set(weights) if expected[k].shape != weights[k].shape)
     if missing or unexpected or wrong_shape:
         lines = [f"checkpoint {path} does not fit the model built from this config:"]
@@ -64,3 +86,9 @@ def check_resume_fits(model: nn.Module, path: str) -> None:
         raise CheckpointMismatchError(f"--resume checkpoint {path} holds no training state (no model.* weights in "
                                       "its state_dict); resume from a checkpoint written by tools/train.py")
     check_weights_fit(model, weights, path)
+    stale = sorted(pruned_keys(model, weights))
+    if stale:  # the optimizer state counts those tensors too, so Lightning could not restore it
+        raise CheckpointMismatchError(
+            f"--resume checkpoint {path} was written before this version stopped building weights no loss reaches "
+            f"({len(stale)}, e.g. {stale[:3]}); its optimizer state does not fit. Its weights load for testing, "
+            "export and drawing; to train on, start a new run from them")

@@ -6,26 +6,51 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from perception.core.checkpoint import declare_pruned_state
+
 
 class FPN(nn.Module):
     """in_channels from the backbone's feature_info; every output level has ``channels``.
 
     Keep ``channels`` modest: at stride 4 the 3x3 output conv dominates the neck's cost
     (C=256 at 384x640 costs more than half of Swin-T itself).
+
+    ``out_levels``: the levels a reader uses (a head's neck of its own: ``head.input_levels()``); the others
+    are not computed and have no weights. Why: a weight that no loss reaches stops DDP at the first step
+    ("parameters that were not used in producing the loss"), and their convolutions were wasted work (the
+    obstacle head reads strides 8-32, so its stride-4 output conv never counted). A lateral conv stays while a
+    finer kept level receives the top-down path through it.
     """
 
-    def __init__(self, in_channels: list[int], channels: int):
+    def __init__(self, in_channels: list[int], channels: int, out_levels: tuple[int, ...] | None = None):
         super().__init__()
         self.lateral = nn.ModuleList(nn.Conv2d(c, channels, 1) for c in in_channels)
         self.output = nn.ModuleList(
             nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.GroupNorm(8, channels),
                           nn.ReLU(inplace=True)) for _ in in_channels)
         self.channels = channels
+        levels = range(len(in_channels))
+        self.out_levels = tuple(levels) if out_levels is None else tuple(sorted(set(out_levels)))
+        if not self.out_levels or not set(self.out_levels) <= set(levels):
+            raise ValueError(f"FPN out_levels {out_levels} must be a non-empty subset of {tuple(levels)}")
+        # Pruned after building the full pyramid, so the kept weights (and everything initialised after the neck)
+        # draw the same random numbers as before: seeded runs reproduce, and older checkpoints load.
+        pruned = [f"lateral.{i}." for i in levels if i < self.out_levels[0]]
+        pruned += [f"output.{i}." for i in levels if i not in self.out_levels]
+        for i in levels:
+            if i < self.out_levels[0]:
+                self.lateral[i] = nn.Identity()
+            if i not in self.out_levels:
+                self.output[i] = nn.Identity()
+        declare_pruned_state(self, tuple(pruned))
 
-    def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
-        """features [B,C_i,H_i,W_i] fine to coarse -> P levels [B,channels,H_i,W_i]."""
-        laterals = [conv(f) for conv, f in zip(self.lateral, features)]
-        for i in range(len(laterals) - 1, 0, -1):
+    def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """features [B,C_i,H_i,W_i] fine to coarse -> P levels [B,channels,H_i,W_i] (None where not in
+        ``out_levels``)."""
+        first = self.out_levels[0]
+        laterals = [None] * first + [self.lateral[i](features[i]) for i in range(first, len(features))]
+        for i in range(len(laterals) - 1, first, -1):
             laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[-2:],
                                                               mode="nearest")
-        return [conv(x) for conv, x in zip(self.output, laterals)]
+        return [self.output[i](x) if i in self.out_levels else None for i, x in enumerate(laterals)]
+

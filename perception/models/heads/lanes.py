@@ -170,6 +170,10 @@ class LaneHead(QueryDecoderHead):
             return {}
         return {"lanes.dense.mask": self.mask_probe(finest)}  # (B, 1, h, w) logits, finest level
 
+    def input_levels(self) -> tuple[int, ...]:
+        """The memory's levels, and stride 4 for the marking map."""
+        return tuple(sorted({*self.memory.levels, *((0,) if self.marking is not None else ())}))
+
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Returns (B images, Q queries, C lane classes, P rows; see lane_coding):
 

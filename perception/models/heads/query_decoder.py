@@ -55,7 +55,7 @@ class QueryDecoderHead(nn.Module):
             raise ValueError(f"cross_attention {cross_attention!r} is not one of {CROSS_ATTENTION}")
         self.deformable = cross_attention == "deformable"
         self.dim, self.num_queries, self.num_classes = dim, num_queries, num_classes
-        self.memory = TokenMemory(in_channels, dim, levels, memory_convs)
+        self.memory = TokenMemory(in_channels, dim, levels, memory_convs, positions=not self.deformable)
         self.enc_output = nn.Sequential(nn.Linear(dim, dim), nn.LayerNorm(dim))
         self.enc_class = nn.Linear(dim, num_classes)
         if self.deformable:
@@ -69,6 +69,10 @@ class QueryDecoderHead(nn.Module):
             if reference_sampling else None
         for head in [self.enc_class, *self.class_heads]:
             init_focal_bias(head)
+
+    def input_levels(self) -> tuple[int, ...]:
+        """The FPN levels this head reads (a neck of its own computes only these)."""
+        return self.memory.levels
 
     # The head's geometry (see the module docstring).
     def propose(self, features: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:

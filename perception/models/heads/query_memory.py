@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from perception.core.checkpoint import declare_pruned_state
 from perception.models.position_encoding import sine_encoding_2d
 
 FOCAL_PRIOR = 0.01  # initial class probability (focal-loss practice: the loss starts small)
@@ -65,30 +66,39 @@ class ConvTower(nn.Module):
 
 
 class TokenMemory(nn.Module):
-    """FPN levels -> (tokens [B,N,D], positions [1,N,D], anchors [1,N,4] cxcywh normalised,
+    """FPN levels -> (tokens [B,N,D], positions [1,N,D] or None, anchors [1,N,4] cxcywh normalised,
     finest projected level [B,D,H,W], the map ``ReferenceSampler`` reads).
 
     ``num_convs`` residual 3x3 conv blocks (shared by the levels) run on each projected level.
+    ``positions``: whether the reader needs the tokens' positional encodings (dense cross-attention adds them
+    to its keys). Deformable cross-attention reads at its reference boxes and never used them; without this
+    switch their level embedding was a weight no loss reached, which stops DDP at the first step.
     """
 
-    def __init__(self, in_channels: int, dim: int, levels: tuple[int, ...], num_convs: int = 0):
+    def __init__(self, in_channels: int, dim: int, levels: tuple[int, ...], num_convs: int = 0,
+                 positions: bool = True):
         super().__init__()
         self.levels = tuple(levels)
         self.dim = dim
         self.input_proj = nn.ModuleList(
             nn.Sequential(nn.Conv2d(in_channels, dim, 1), nn.GroupNorm(min(32, dim // 4), dim)) for _ in self.levels)
         self.tower = ConvTower(dim, num_convs)
-        self.level_embed = nn.Parameter(torch.zeros(len(self.levels), dim))
-        nn.init.normal_(self.level_embed, std=0.02)
+        level_embed = nn.init.normal_(torch.zeros(len(self.levels), dim), std=0.02)
+        # Drawn either way, so the weights initialised after it are those of earlier versions (seeded runs
+        # reproduce); checkpoints written before the switch still hold it (dropped on load).
+        self.level_embed = nn.Parameter(level_embed) if positions else None
+        declare_pruned_state(self, () if positions else ("level_embed",))
 
-    def forward(self, levels: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, levels: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
         tokens, positions, anchors, maps = [], [], [], []
         for i, (level_index, proj) in enumerate(zip(self.levels, self.input_proj)):
             x = self.tower(proj(levels[level_index]))  # (B, D, H, W)
             maps.append(x)
             _, _, height, width = x.shape
             tokens.append(x.flatten(2).transpose(1, 2))  # (B, H*W, D)
-            positions.append(sine_encoding_2d(height, width, self.dim, x.device) + self.level_embed[i])
+            if self.level_embed is not None:
+                positions.append(sine_encoding_2d(height, width, self.dim, x.device) + self.level_embed[i])
             ys = (torch.arange(height, device=x.device, dtype=torch.float32) + 0.5) / height
             xs = (torch.arange(width, device=x.device, dtype=torch.float32) + 0.5) / width
             cy, cx = torch.meshgrid(ys, xs, indexing="ij")
@@ -96,8 +106,8 @@ class TokenMemory(nn.Module):
             anchors.append(torch.stack([cx, cy, size, size], dim=-1).reshape(-1, 4))
         # Positions and anchors are built in float32; cast to the tokens' dtype for fp16 / bf16 models.
         dtype = tokens[0].dtype
-        return (torch.cat(tokens, 1), torch.cat(positions, 0)[None].to(dtype), torch.cat(anchors, 0)[None].to(dtype),
-                maps[0])
+        position = torch.cat(positions, 0)[None].to(dtype) if positions else None
+        return torch.cat(tokens, 1), position, torch.cat(anchors, 0)[None].to(dtype), maps[0]
 
 
 class ReferenceSampler(nn.Module):
