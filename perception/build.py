@@ -22,7 +22,9 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
              for task in cfg.heads.enabled}
     if not heads:
         raise ValueError("model.heads enables no head")
-    own_necks = {name: FPN(backbone.channels, cfg.neck.channels, out_levels=heads[name].input_levels())
+    # A head that says which levels it reads (``input_levels``) gets a neck that computes only those.
+    own_necks = {name: FPN(backbone.channels, cfg.neck.channels,
+                           out_levels=heads[name].input_levels() if hasattr(heads[name], "input_levels") else None)
                  for name in cfg.own_necks if name in heads}
     return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale, own_necks, cfg.trunk_gradient_norm)
 

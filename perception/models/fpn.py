@@ -53,4 +53,3 @@ class FPN(nn.Module):
             laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[-2:],
                                                               mode="nearest")
         return [self.output[i](x) if i in self.out_levels else None for i, x in enumerate(laterals)]
-
