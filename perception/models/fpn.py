@@ -35,13 +35,14 @@ class FPN(nn.Module):
             raise ValueError(f"FPN out_levels {out_levels} must be a non-empty subset of {tuple(levels)}")
         # Pruned after building the full pyramid, so the kept weights (and everything initialised after the neck)
         # draw the same random numbers as before: seeded runs reproduce, and older checkpoints load.
-        pruned = [f"lateral.{i}." for i in levels if i < self.out_levels[0]]
-        pruned += [f"output.{i}." for i in levels if i not in self.out_levels]
+        pruned = []
         for i in levels:
             if i < self.out_levels[0]:
                 self.lateral[i] = nn.Identity()
+                pruned.append(f"lateral.{i}.")
             if i not in self.out_levels:
                 self.output[i] = nn.Identity()
+                pruned.append(f"output.{i}.")
         declare_pruned_state(self, tuple(pruned))
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor | None]:

@@ -21,10 +21,6 @@ class DrivableHead(nn.Module):
         self.fuse = _conv_gn_relu(channels, channels)
         self.classifier = nn.Conv2d(channels, num_classes, 1)
 
-    def input_levels(self) -> tuple[int, ...]:
-        """Every FPN level (merged at stride 4)."""
-        return tuple(range(len(self.reduce)))
-
     def forward(self, levels: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         size = levels[0].shape[-2:]  # stride 4
         merged = sum(F.interpolate(conv(x), size=size, mode="bilinear", align_corners=False) if i else conv(x)
