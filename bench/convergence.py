@@ -334,7 +334,7 @@ def run_variant(name: str, options: dict, args) -> dict:
         raise SystemExit(f"variant {name} failed (exit {code}); see {log_path}")
     curves = read_curves(os.path.join(work_dir, "csv", "metrics.csv"))
     final = {key: curves[f"heldout/{key}"][-1][1] for key, _ in METRICS if f"heldout/{key}" in curves}
-    return {"name": name, "steps": args.steps, "wall_s": round(wall, 1), "metrics": final,
+    return {"name": name, "steps": overrides["trainer.max_steps"], "wall_s": round(wall, 1), "metrics": final,
             "curves": os.path.join(work_dir, "curves.png")}
 
 
