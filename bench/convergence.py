@@ -307,6 +307,11 @@ VARIANTS = {
                      "(scheduler.decay=linear, min_lr_ratio=0; Bergsma et al. 2025, \"Straight to Zero\"): the same "
                      "area under the schedule, less of it early and more in the second half",
                      {"scheduler.decay": "linear", "scheduler.min_lr_ratio": 0.0}),
+    "drivable_stride8": ("the drivable head merges and classifies the FPN levels at stride 8, its logits upsampled to "
+                         "stride 4 (model.heads.drivable.merge_stride=8): the shared neck, read by that head alone, "
+                         "then computes no stride-4 level; 2.19 instead of 2.52 GFLOPs per image, a 0.94x training "
+                         "step on random targets. Does the drivable area keep its target, and what do the others do "
+                         "with the time?", {"model.heads.drivable.merge_stride": 8}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }

@@ -22,11 +22,21 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
              for task in cfg.heads.enabled}
     if not heads:
         raise ValueError("model.heads enables no head")
-    # A head that says which levels it reads (``input_levels``) gets a neck that computes only those.
-    own_necks = {name: FPN(backbone.channels, cfg.neck.channels,
-                           out_levels=heads[name].input_levels() if hasattr(heads[name], "input_levels") else None)
+    # A neck computes only the levels its readers say they read (``input_levels``); a reader that does not say
+    # keeps the full pyramid. Pruned after building it in full, so the random draws stay the same.
+    own_necks = {name: FPN(backbone.channels, cfg.neck.channels, out_levels=read_levels([heads[name]]))
                  for name in cfg.own_necks if name in heads}
+    shared_readers = [head for name, head in heads.items() if name not in own_necks]
+    if shared_readers and read_levels(shared_readers) is not None:
+        neck.keep_levels(read_levels(shared_readers))
     return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale, own_necks, cfg.trunk_gradient_norm)
+
+
+def read_levels(heads) -> tuple[int, ...] | None:
+    """The FPN levels these heads read together; None (every level) when one of them does not say."""
+    if not all(hasattr(head, "input_levels") for head in heads):
+        return None
+    return tuple(sorted({level for head in heads for level in head.input_levels()}))
 
 
 def build_criteria(cfg: ExperimentConfig) -> dict:

@@ -29,12 +29,19 @@ class FPN(nn.Module):
             nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.GroupNorm(8, channels),
                           nn.ReLU(inplace=True)) for _ in in_channels)
         self.channels = channels
-        levels = range(len(in_channels))
-        self.out_levels = tuple(levels) if out_levels is None else tuple(sorted(set(out_levels)))
-        if not self.out_levels or not set(self.out_levels) <= set(levels):
-            raise ValueError(f"FPN out_levels {out_levels} must be a non-empty subset of {tuple(levels)}")
-        # Pruned after building the full pyramid, so the kept weights (and everything initialised after the neck)
-        # draw the same random numbers as before: seeded runs reproduce, and older checkpoints load.
+        self.out_levels = tuple(range(len(in_channels)))
+        self.keep_levels(self.out_levels if out_levels is None else out_levels)
+
+    def keep_levels(self, out_levels) -> None:
+        """Compute only ``out_levels`` from now on: the other levels' output convs, and the lateral convs no kept
+        level needs, become identities without weights. Called once the readers are known, after the full pyramid
+        was built, so the kept weights (and everything initialised after the neck) draw the same random numbers as
+        before: seeded runs reproduce, and older checkpoints load."""
+        levels = range(len(self.lateral))
+        out_levels = tuple(sorted(set(out_levels)))
+        if not out_levels or not set(out_levels) <= set(self.out_levels):
+            raise ValueError(f"FPN out_levels {out_levels} must be a non-empty subset of {self.out_levels}")
+        self.out_levels = out_levels
         pruned = []
         for i in levels:
             if i < self.out_levels[0]:

@@ -60,14 +60,22 @@ class PerceptionModel(nn.Module):
         factor = self.trunk_gradient_scale.get(name, 1.0)
         # Identity forwards: inference and export never see either. With a norm, the scale is the norm's factor.
         if self.training and self.trunk_gradient_norm is not None and factor != 0.0:
-            trunk = normalise_gradient(trunk, self.trunk_gradient_norm * factor)
+            trunk = _at_present(trunk, lambda present: normalise_gradient(present, self.trunk_gradient_norm * factor))
         elif self.training and factor != 1.0:
-            trunk = [scale_gradient(x, factor) for x in trunk]
+            trunk = _at_present(trunk, lambda present: [scale_gradient(x, factor) for x in present])
         head = self.heads[name] if own_neck is None else _with_neck(own_neck, self.heads[name])
         kwargs = {"denoising": denoising[name]} if denoising is not None and name in denoising else {}
         if labelled is not None and name in labelled:
             return run_on_images(head, trunk, labelled[name], **kwargs)
         return head(trunk, **kwargs)
+
+
+def _at_present(levels: list[torch.Tensor | None], function) -> list[torch.Tensor | None]:
+    """``function`` (a list of tensors -> as many tensors) applied to the levels a neck computed; the levels it left
+    out (None) stay None."""
+    present = [i for i, x in enumerate(levels) if x is not None]
+    results = dict(zip(present, function([levels[i] for i in present])))
+    return [results.get(i) for i in range(len(levels))]
 
 
 def _with_neck(neck: nn.Module, head: nn.Module):
@@ -87,13 +95,14 @@ def run_on_images(head, levels: list[torch.Tensor], labelled: torch.Tensor,
     independently (no batch statistics), so running it on the rest only cost time (the demo's training step:
     0.83x with it, measured side by side on the same batches). At least one image runs, so every weight is
     used in every step (DDP). Training only: the zero rows are not predictions."""
-    batch = levels[0].shape[0]
-    index = torch.nonzero(labelled.to(levels[0].device), as_tuple=False)[:, 0]
+    first = next(level for level in levels if level is not None)  # a neck may leave levels out (None)
+    batch = first.shape[0]
+    index = torch.nonzero(labelled.to(first.device), as_tuple=False)[:, 0]
     if len(index) == 0:
         index = index.new_zeros(1)
     subset = len(index) < batch
     if subset:
-        levels = [level.index_select(0, index) for level in levels]
+        levels = [None if level is None else level.index_select(0, index) for level in levels]
         denoising = None if denoising is None else [denoising[i] for i in index.tolist()]
     outputs = head(levels) if denoising is None else head(levels, denoising=denoising)
     if not subset:

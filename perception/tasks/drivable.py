@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from perception.core.errors import ConfigError
 from perception.data.drivable_projection import IGNORE_INDEX
 from perception.losses.drivable_loss import DrivableCriterion
 from perception.metrics.segmentation import BinaryIoU
@@ -20,6 +21,9 @@ DATASET_SUFFIX = {"nuscenes": "", "bdd100k": "_bdd100k"}  # metric name suffix p
 class DrivableHeadConfig:
     channels: int = 64
     num_classes: int = 2
+    # The stride the FPN levels are merged and classified at: 4 (every level) or 8 (the stride-4 level left out and
+    # not computed by a neck only this head reads; the logits upsampled to stride 4). models/heads/drivable.py.
+    merge_stride: int = 4
 
 
 class ValidationIoU:
@@ -57,7 +61,11 @@ class DrivableTask(Task):
     def build_head(self, head: DrivableHeadConfig, in_channels: int, input_size: tuple[int, int]):
         from perception.models.heads.drivable import DrivableHead
 
-        return DrivableHead(in_channels, head.channels, head.num_classes)
+        return DrivableHead(in_channels, head.channels, head.num_classes, head.merge_stride)
+
+    def validate(self, head: DrivableHeadConfig, cfg) -> None:
+        if head.merge_stride not in (4, 8):
+            raise ConfigError(f"model.heads.drivable.merge_stride must be 4 or 8, got {head.merge_stride}")
 
     def build_criterion(self, cfg):
         return DrivableCriterion()
