@@ -312,6 +312,11 @@ VARIANTS = {
                          "then computes no stride-4 level; 2.19 instead of 2.52 GFLOPs per image, a 0.94x training "
                          "step on random targets. Does the drivable area keep its target, and what do the others do "
                          "with the time?", {"model.heads.drivable.merge_stride": 8}),
+    "input_192x384_1200": ("a 192x384 input (0.73x the pixels; 640x360 frames scaled to 384x216, the bottom 192 rows "
+                           "kept: the same field of view) with Swin windows of 6 so every stage tiles, for 1200 steps "
+                           "(the study's batch4_1800 says the budget is held by compute: fewer pixels buy more images)",
+                           {"input_size": [192, 384], "model.backbone.window_size": 6, "trainer.max_steps": 1200,
+                            "heldout_eval_every_n_steps": 600}),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
