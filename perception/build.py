@@ -26,9 +26,9 @@ def build_model(cfg: ModelConfig, input_size: tuple[int, int]):
     # keeps the full pyramid. Pruned after building it in full, so the random draws stay the same.
     own_necks = {name: FPN(backbone.channels, cfg.neck.channels, out_levels=read_levels([heads[name]]))
                  for name in cfg.own_necks if name in heads}
-    shared_readers = [head for name, head in heads.items() if name not in own_necks]
-    if shared_readers and read_levels(shared_readers) is not None:
-        neck.keep_levels(read_levels(shared_readers))
+    shared_levels = read_levels([head for name, head in heads.items() if name not in own_necks])
+    if shared_levels:  # None: a reader that does not say; (): every head has a neck of its own
+        neck.keep_levels(shared_levels)
     return PerceptionModel(backbone, neck, heads, cfg.trunk_gradient_scale, own_necks, cfg.trunk_gradient_norm)
 
 
