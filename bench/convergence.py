@@ -34,7 +34,11 @@ sys.path.insert(0, ROOT)
 # the demo's list; trunk_gradient_norm and clip_per_part came with run 15). The variants listed on run 15 and
 # before ran with the lane head's trunk weight at 1, which run 16 set to 2: put RUN_15's override beside theirs.
 # Runs 13 and 14 clipped the trunk together with the light head; run 15 clips every part on its own.
+# The variants listed on run 16 and before trained at 224x448 with Swin windows of 7 for 900 steps, which run 17 set
+# to 192x384, windows of 6, 1100 steps: put RUN_16's override beside theirs (the "run16" variant is run 16 itself).
 RUN_15 = {"model.trunk_gradient_scale.lanes": 1.0}
+RUN_16 = {"input_size": [224, 448], "model.backbone.window_size": 7, "trainer.max_steps": 900,
+          "heldout_eval_every_n_steps": 300}
 TRUNK_WITH_LIGHT_CLIP = {"optimizer.clip_per_part": ["obstacles", "lanes", "drivable"]}
 TOWER = {f"model.heads.{head}.memory_convs": 2 for head in ("obstacles", "lanes", "lights")}
 NO_SAMPLING = {f"model.heads.{head}.reference_sampling": False for head in ("obstacles", "lanes", "lights")}
@@ -317,7 +321,8 @@ VARIANTS = {
                            "(the study's batch4_1800 says the budget is held by compute: fewer pixels buy more images)",
                            {"input_size": [192, 384], "model.backbone.window_size": 6, "trainer.max_steps": 1200,
                             "heldout_eval_every_n_steps": 600}),
-    "input_192x384_1100": ("input_192x384_1200 for 1100 steps: about the training time of run 16's 900 steps at 224x448",
+    "input_192x384_1100": ("input_192x384_1200 for 1100 steps, about the training time of run 16's 900 steps at "
+                           "224x448 (shipped as run 17: the demo's config now)",
                            {"input_size": [192, 384], "model.backbone.window_size": 6, "trainer.max_steps": 1100,
                             "heldout_eval_every_n_steps": 550}),
     "input_160x320_1400": ("a 160x320 input (0.51x run 16's pixels; 640x360 frames scaled to 320x180, the bottom 160 "
@@ -325,6 +330,8 @@ VARIANTS = {
                            "steps (a 0.50x training step on random targets: 605 against 1219 ms)",
                            {"input_size": [160, 320], "model.backbone.window_size": 5, "trainer.max_steps": 1400,
                             "heldout_eval_every_n_steps": 700}),
+    "run16": ("run 16, the demo until run 17: a 224x448 input (640x360 -> 448x252, the bottom 224 rows), Swin "
+              "windows of 7, 900 steps", RUN_16),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",
                    {"matcher.dense_weight": 0.0, "min_obstacle_visibility": 0.0}),
 }
@@ -333,12 +340,19 @@ METRICS = (("nuscenes/mAP", "mAP"), ("nuscenes/NDS", "NDS"), ("lanes/F1", "lane 
 
 
 def run_variant(name: str, options: dict, args) -> dict:
+    from mmengine.config import Config
+
     from perception.training.curves import read_curves
 
     work_dir = os.path.join(args.out, name)
-    # Scored every --eval-every steps and always at the end (0: at the end only).
-    overrides = {"trainer.max_steps": args.steps, "heldout_eval_every_n_steps": args.eval_every or args.steps,
-                 "trainer.enable_progress_bar": False, **dict(args.cfg_options), **options}
+    # --steps and --eval-every replace the config's budget and scoring interval; a variant's own replace both.
+    steps = args.steps or Config.fromfile(args.config).trainer["max_steps"]
+    overrides = {"trainer.enable_progress_bar": False}
+    if args.steps:
+        overrides["trainer.max_steps"] = args.steps
+    if args.eval_every is not None or args.steps:  # scored every N steps and always at the end (0: at the end only)
+        overrides["heldout_eval_every_n_steps"] = args.eval_every or steps
+    overrides.update({**dict(args.cfg_options), **options})
     command = [sys.executable, os.path.join(ROOT, "tools", "train.py"), args.config, "--work-dir", work_dir,
                "--cfg-options", *[f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
                                   for k, v in overrides.items()]]
@@ -352,8 +366,8 @@ def run_variant(name: str, options: dict, args) -> dict:
         raise SystemExit(f"variant {name} failed (exit {code}); see {log_path}")
     curves = read_curves(os.path.join(work_dir, "csv", "metrics.csv"))
     final = {key: curves[f"heldout/{key}"][-1][1] for key, _ in METRICS if f"heldout/{key}" in curves}
-    return {"name": name, "steps": overrides["trainer.max_steps"], "wall_s": round(wall, 1), "metrics": final,
-            "curves": os.path.join(work_dir, "curves.png")}
+    return {"name": name, "steps": overrides.get("trainer.max_steps", steps), "wall_s": round(wall, 1),
+            "metrics": final, "curves": os.path.join(work_dir, "curves.png")}
 
 
 def table(rows: list[dict]) -> str:
@@ -372,8 +386,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--config", default=os.path.join(ROOT, "configs", "demo_synthetic.py"))
-    parser.add_argument("--steps", type=int, default=900, help="training steps per variant (the demo's budget)")
-    parser.add_argument("--eval-every", type=int, default=300, help="held-out scoring interval (steps)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per variant (default: the config's trainer.max_steps, the demo's budget)")
+    parser.add_argument("--eval-every", type=int, default=None,
+                        help="held-out scoring interval in steps, 0: at the end only (default: the config's "
+                             "heldout_eval_every_n_steps, or the end when --steps is given)")
     parser.add_argument("--out", default=os.path.join(ROOT, "work_dirs", "convergence"))
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={},
                         help="overrides for every variant (e.g. data_root=... for a smoke run)")
