@@ -339,20 +339,16 @@ METRICS = (("nuscenes/mAP", "mAP"), ("nuscenes/NDS", "NDS"), ("lanes/F1", "lane 
            ("drivable/IoU", "drivable IoU"), ("drivable/IoU_bdd100k", "drivable IoU (BDD)"))
 
 
-def run_variant(name: str, options: dict, args) -> dict:
-    from mmengine.config import Config
-
+def run_variant(name: str, options: dict, args, config_steps: int) -> dict:
     from perception.training.curves import read_curves
 
     work_dir = os.path.join(args.out, name)
     # --steps and --eval-every replace the config's budget and scoring interval; a variant's own replace both.
-    steps = args.steps or Config.fromfile(args.config).trainer["max_steps"]
-    overrides = {"trainer.enable_progress_bar": False}
-    if args.steps:
-        overrides["trainer.max_steps"] = args.steps
+    overrides = {"trainer.enable_progress_bar": False, **({"trainer.max_steps": args.steps} if args.steps else {}),
+                 **dict(args.cfg_options), **options}
+    steps = overrides.get("trainer.max_steps", config_steps)
     if args.eval_every is not None or args.steps:  # scored every N steps and always at the end (0: at the end only)
-        overrides["heldout_eval_every_n_steps"] = args.eval_every or steps
-    overrides.update({**dict(args.cfg_options), **options})
+        overrides.setdefault("heldout_eval_every_n_steps", args.eval_every or steps)
     command = [sys.executable, os.path.join(ROOT, "tools", "train.py"), args.config, "--work-dir", work_dir,
                "--cfg-options", *[f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
                                   for k, v in overrides.items()]]
@@ -366,8 +362,8 @@ def run_variant(name: str, options: dict, args) -> dict:
         raise SystemExit(f"variant {name} failed (exit {code}); see {log_path}")
     curves = read_curves(os.path.join(work_dir, "csv", "metrics.csv"))
     final = {key: curves[f"heldout/{key}"][-1][1] for key, _ in METRICS if f"heldout/{key}" in curves}
-    return {"name": name, "steps": overrides.get("trainer.max_steps", steps), "wall_s": round(wall, 1),
-            "metrics": final, "curves": os.path.join(work_dir, "curves.png")}
+    return {"name": name, "steps": steps, "wall_s": round(wall, 1), "metrics": final,
+            "curves": os.path.join(work_dir, "curves.png")}
 
 
 def table(rows: list[dict]) -> str:
@@ -381,7 +377,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    from mmengine.config import DictAction
+    from mmengine.config import Config, DictAction
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -395,10 +391,11 @@ def main() -> int:
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={},
                         help="overrides for every variant (e.g. data_root=... for a smoke run)")
     args = parser.parse_args()
+    config_steps = Config.fromfile(args.config).trainer["max_steps"]
     rows = []
     for name in args.variants:
         print(f"{name}: {VARIANTS[name][0]}", flush=True)
-        rows.append(run_variant(name, VARIANTS[name][1], args))
+        rows.append(run_variant(name, VARIANTS[name][1], args, config_steps))
         print("  " + ", ".join(f"{label} {rows[-1]['metrics'].get(k, float('nan')):.3f}" for k, label in METRICS)
               + f"  ({rows[-1]['wall_s'] / 60:.1f} min; curves {rows[-1]['curves']})", flush=True)
     text = table(rows)
