@@ -19,10 +19,10 @@ bdd100k = dict(data_root="data/synthetic_bdd100k", train_split="train", val_spli
 # Run 17: 640x360 -> 384x216 -> keep the bottom 192 rows (the same field of view as 224x448 from 448x252), for
 # 1100 steps instead of 900 in about the same training time (1.86 instead of 2.52 GFLOPs per image). The demo's
 # budget is held by the images computed on (convergence study, batch4_1800), and fewer pixels buy more of them.
-# Convergence study, input_192x384_1100 at seeds 0 / 1 on one AMD EPYC: held-out lane F1 0.508 / 0.492, mAP
-# 0.156 / 0.166, NDS 0.226 / 0.240, light AP50 0.597 / 0.635 (run 16 on that CPU at seed 0: 0.390, 0.154, 0.222,
-# 0.695; on the Intel Xeon at seed 1: 0.436, 0.155, 0.221, 0.687). At 160x320 for 1400 steps the lights fell below
-# their target (input_160x320_1400: light AP50 0.495) and nothing else gained.
+# Convergence study, input_192x384_1100 at seeds 0 / 1 / 2 on one AMD EPYC: held-out lane F1 0.508 / 0.492 / 0.514,
+# mAP 0.156 / 0.166 / 0.158, NDS 0.226 / 0.240 / 0.234, light AP50 0.597 / 0.635 / 0.615 (run 16 on that CPU at
+# seed 0: 0.390, 0.154, 0.222, 0.695; on the Intel Xeon at seed 1: 0.436, 0.155, 0.221, 0.687). At 160x320 for
+# 1400 steps the lights fell below their target (input_160x320_1400: light AP50 0.495) and nothing else gained.
 input_size = [192, 384]
 batch_size = 8
 val_batch_size = 16
