@@ -330,6 +330,11 @@ VARIANTS = {
                            "steps (a 0.50x training step on random targets: 605 against 1219 ms)",
                            {"input_size": [160, 320], "model.backbone.window_size": 5, "trainer.max_steps": 1400,
                             "heldout_eval_every_n_steps": 700}),
+    "lane_query_point_loss": ("run 17 with an L1 on the lane head's final decoder points before the marking search "
+                              "(model.heads.lanes.query_point_loss): without it that layer refined nothing (its best "
+                              "query as far off as after the first layer), and the search keeps the decoder's x on "
+                              "the rows it finds no paint on, most of a curved lane's far third",
+                              {"model.heads.lanes.query_point_loss": True}),
     "run16": ("run 16, the demo until run 17: a 224x448 input (640x360 -> 448x252, the bottom 224 rows), Swin "
               "windows of 7, 900 steps", RUN_16),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",

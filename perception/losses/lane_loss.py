@@ -282,6 +282,10 @@ class LaneCriterion(SetCriterion):
         ``batch_index[k]`` against lane k of ``matched``, summed over the pairs / count."""
         visible = matched["visible"].float()  # (K, P)
         losses = self.point_losses(pred["points"][batch_index, query_index], matched["points"], visible, count)
+        if "query_points" in pred:  # the final decoder layer before the marking search (LaneHead query_point_loss)
+            before_search = self.point_losses(pred["query_points"][batch_index, query_index], matched["points"],
+                                              visible, count)
+            losses = {name: value + before_search[name] for name, value in losses.items()}
         if "row_logits" in pred:  # the final layer with the row kernels
             losses[ROW_CE_LOSS] = row_classification_loss(pred["row_logits"][batch_index, query_index],
                                                           matched["points"], visible).sum() / count

@@ -50,6 +50,12 @@ class LaneHeadConfig(QueryDecoderConfig):
     # the principal row fixed (augment.keep_principal_row) so that one row is the horizon of every image. Off: in the
     # demo it cost lane F1 (convergence study, lane_perspective: 0.303 against 0.346 at seed 0).
     horizon_row: float | None = None
+    # With marking_refinement: the final decoder layer's points, before the marking search moves them, get an L1 on
+    # the labelled rows of their matched lane (added to lane_points), as every earlier layer's do. Without it that
+    # layer learns its geometry only through the search's prior, and it refined nothing: on run 17's held-out lanes
+    # the best query's rows were as far off after it as after the first layer (5.3 / 15.8 px in the far third of
+    # straight / curved lanes), and the search cannot place the rows it finds no paint on (bench/lane_error.py).
+    query_point_loss: bool = False
 
 
 class LaneTask(Task):
@@ -97,6 +103,10 @@ class LaneTask(Task):
         if head.gap_fit and not (head.marking_refinement and head.marking_search == "row"):
             raise ConfigError("model.heads.lanes.gap_fit needs model.heads.lanes.marking_refinement=True and "
                               "marking_search='row' (it fits the corrections the row search finds)")
+        if head.query_point_loss and not head.marking_refinement:
+            raise ConfigError("model.heads.lanes.query_point_loss needs model.heads.lanes.marking_refinement=True (it "
+                              "supervises the decoder's points before the marking search; without the search the final "
+                              "points are the decoder's and already have their L1)")
         if head.horizon_row is not None and not 0.0 <= head.horizon_row < 1.0:
             raise ConfigError(f"model.heads.lanes.horizon_row must be in [0, 1) of the input height (or None), "
                               f"got {head.horizon_row}")
@@ -107,7 +117,7 @@ class LaneTask(Task):
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
                         marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
-                        row_top=head.row_top, **head.decoder_kwargs())
+                        row_top=head.row_top, query_point_loss=head.query_point_loss, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

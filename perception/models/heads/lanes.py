@@ -80,13 +80,16 @@ class LaneHead(QueryDecoderHead):
                  levels: tuple[int, ...] = (1, 2, 3), memory_convs: int = 0, reference_sampling: bool = True,
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
                  cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False,
-                 gap_fit: bool = False, horizon_row: float | None = None, row_top: float = 0.0):
+                 gap_fit: bool = False, horizon_row: float | None = None, row_top: float = 0.0,
+                 query_point_loss: bool = False):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
                          cross_attention=cross_attention)
         self.num_points = num_points
         self.horizon_row = horizon_row
+        # Training only: also return the final layer's points before the marking search (``lanes.query_points``).
+        self.query_point_loss = query_point_loss
         # y of the anchor rows in [0, 1] of the input height (lane_coding's rows, top to bottom, from row_top): (P,)
         self.register_buffer("row_y", torch.as_tensor(anchor_rows(num_points, 1.0, row_top), dtype=torch.float32),
                              persistent=False)
@@ -185,10 +188,13 @@ class LaneHead(QueryDecoderHead):
         ``lanes.dense.{logits,features,anchors}`` (every token, for the dense loss) and ``lanes.dense.mask``
         [B,1,h,w] (lane-marking logits on the finest memory level, for the auxiliary mask loss; with
         ``marking_refinement`` the stride-4 marking map the final points were snapped to) and, with
-        ``marking_search="kernel"``, ``lanes.row_logits`` [B,Q,P,W/4] (each row's cell scores, lane_marking.py).
+        ``marking_search="kernel"``, ``lanes.row_logits`` [B,Q,P,W/4] (each row's cell scores, lane_marking.py);
+        with ``query_point_loss`` ``lanes.query_points`` [B,Q,P] (the final layer's x before the marking search).
         """
         outputs, queries = self.decode(levels)
         if self.marking is not None:
+            if self.training and self.query_point_loss:
+                outputs["lanes.query_points"] = outputs["lanes.points"]  # (B, Q, P), before the search moves them
             marking, features = self.marking(levels[0])  # (B, 1, H/4, W/4) logits (+ offsets), (B, C, ...)
             if self.marking_search == "kernel":
                 outputs["lanes.points"], row_logits = classify_rows(
