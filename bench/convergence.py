@@ -335,6 +335,18 @@ VARIANTS = {
                               "query as far off as after the first layer), and the search keeps the decoder's x on "
                               "the rows it finds no paint on, most of a curved lane's far third",
                               {"model.heads.lanes.query_point_loss": True}),
+    "lane_query_point_loss_perspective": ("lane_query_point_loss with the perspective term c / (y - h) in the lane "
+                                          "head's proposals and refinements (model.heads.lanes.horizon_row=0.4375, "
+                                          "the demo's horizon at 192x384 too): a decoder that now learns its own "
+                                          "geometry can sweep sideways near the horizon as curved lanes do",
+                                          {"model.heads.lanes.query_point_loss": True,
+                                           "model.heads.lanes.horizon_row": 0.4375}),
+    "lane_marking_context": ("run 17 with three residual dilated 3x3 blocks (dilations 2, 4, 8 cells) after the lane "
+                             "marking map's two plain convs (model.heads.lanes.marking_context_dilations=[2,4,8]; "
+                             "+0.08 GFLOPs per image): the map is trained on the labelled lanes, which run through "
+                             "the dashes' gaps and behind vehicles, and its 5-cell view sees little of a curved "
+                             "lane's far third, 81 % of it unpainted or hidden",
+                             {"model.heads.lanes.marking_context_dilations": [2, 4, 8]}),
     "run16": ("run 16, the demo until run 17: a 224x448 input (640x360 -> 448x252, the bottom 224 rows), Swin "
               "windows of 7, 900 steps", RUN_16),
     "old_recipe": ("before the study: no dense loss, hidden targets kept",

@@ -56,6 +56,10 @@ class LaneHeadConfig(QueryDecoderConfig):
     # the best query's rows were as far off after it as after the first layer (5.3 / 15.8 px in the far third of
     # straight / curved lanes), and the search cannot place the rows it finds no paint on (bench/lane_error.py).
     query_point_loss: bool = False
+    # With marking_refinement: residual dilated 3x3 conv blocks (these dilations, in cells of the stride-4 map) after
+    # the marking map's two plain ones, so the map sees a lane's painted stretches and the road's edge around the
+    # stretches that are hidden or unpainted (lane_marking.MarkingMap). Empty: the two plain convs (5 cells).
+    marking_context_dilations: tuple = ()
 
 
 class LaneTask(Task):
@@ -107,6 +111,12 @@ class LaneTask(Task):
             raise ConfigError("model.heads.lanes.query_point_loss needs model.heads.lanes.marking_refinement=True (it "
                               "supervises the decoder's points before the marking search; without the search the final "
                               "points are the decoder's and already have their L1)")
+        if head.marking_context_dilations and not head.marking_refinement:
+            raise ConfigError("model.heads.lanes.marking_context_dilations needs "
+                              "model.heads.lanes.marking_refinement=True (they widen the marking map's view)")
+        if any(not isinstance(d, int) or d < 1 for d in head.marking_context_dilations):
+            raise ConfigError(f"model.heads.lanes.marking_context_dilations must be whole numbers >= 1 (cells of the "
+                              f"stride-4 map), got {head.marking_context_dilations!r}")
         if head.horizon_row is not None and not 0.0 <= head.horizon_row < 1.0:
             raise ConfigError(f"model.heads.lanes.horizon_row must be in [0, 1) of the input height (or None), "
                               f"got {head.horizon_row}")
@@ -117,7 +127,8 @@ class LaneTask(Task):
         return LaneHead(in_channels, num_points=head.num_points, marking_refinement=head.marking_refinement,
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
                         marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
-                        row_top=head.row_top, query_point_loss=head.query_point_loss, **head.decoder_kwargs())
+                        row_top=head.row_top, query_point_loss=head.query_point_loss,
+                        marking_context_dilations=tuple(head.marking_context_dilations), **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

@@ -40,17 +40,38 @@ from torch import nn
 MARKING_SEARCH = ("window", "row", "kernel")  # how the final points move to the map (snap, row search, row kernels)
 
 
+class ContextBlock(nn.Module):
+    """A residual dilated 3x3 conv block [B,C,h,w] -> [B,C,h,w]: x + ReLU(GN(conv_d(x))), the residual branch zero
+    at the start (its norm's scale is 0), so a map with these blocks starts as the map without them."""
+
+    def __init__(self, channels: int, dilation: int, groups: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=dilation, dilation=dilation, bias=False)
+        self.norm = nn.GroupNorm(groups, channels)
+        nn.init.zeros_(self.norm.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.relu(self.norm(self.conv(x)))
+
+
 class MarkingMap(nn.Module):
     """FPN stride-4 level [B,C,H/4,W/4] -> lane-marking logits [B,1,H/4,W/4]; with ``offsets`` also channel 1:
     where in its cell the marking lies, tanh-bounded to +-1 cell from the centre (zero at the start; CenterNet's
-    and CondLaneNet's sub-cell offset), so [B,2,H/4,W/4]."""
+    and CondLaneNet's sub-cell offset), so [B,2,H/4,W/4].
 
-    def __init__(self, in_channels: int, channels: int = 32, offsets: bool = False):
+    ``context_dilations``: residual dilated 3x3 blocks after the two plain ones (``ContextBlock``). The map is
+    trained on the labelled lanes, which run through the dashes' gaps and behind the vehicles that hide them, and
+    two 3x3 convs see 5 cells (20 input px) of that; dilations (2, 4, 8) widen the view to 33 cells, the lane's
+    painted stretches and the road's edge around a hidden one (RESA's and SCNN's long-range context, as convs)."""
+
+    def __init__(self, in_channels: int, channels: int = 32, offsets: bool = False,
+                 context_dilations: tuple[int, ...] = ()):
         super().__init__()
         groups = min(8, channels // 4)
         self.body = nn.Sequential(
             nn.Conv2d(in_channels, channels, 3, padding=1, bias=False), nn.GroupNorm(groups, channels), nn.ReLU(),
-            nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.GroupNorm(groups, channels), nn.ReLU())
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.GroupNorm(groups, channels), nn.ReLU(),
+            *(ContextBlock(channels, d, groups) for d in context_dilations))
         self.classifier = nn.Conv2d(channels, 1, 1)
         nn.init.constant_(self.classifier.bias, -4.0)  # markings cover a few % of the cells
         self.offset = nn.Conv2d(channels, 1, 1) if offsets else None

@@ -81,7 +81,7 @@ class LaneHead(QueryDecoderHead):
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
                  cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False,
                  gap_fit: bool = False, horizon_row: float | None = None, row_top: float = 0.0,
-                 query_point_loss: bool = False):
+                 query_point_loss: bool = False, marking_context_dilations: tuple[int, ...] = ()):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
@@ -110,7 +110,8 @@ class LaneHead(QueryDecoderHead):
             if gap_fit and marking_search != "row":
                 raise ValueError("gap_fit needs marking_search='row'")
             self.gap_fit = gap_fit  # the painted rows' corrections fitted across the gaps (fit_through_gaps)
-            self.marking = MarkingMap(in_channels, marking_channels, offsets=marking_offsets)
+            self.marking = MarkingMap(in_channels, marking_channels, offsets=marking_offsets,
+                                      context_dilations=tuple(marking_context_dilations))
             # The logit of keeping the decoder's x (window / row); the kernel search keeps it through its prior.
             self.stay_logit = nn.Parameter(torch.zeros(())) if marking_search != "kernel" else None
             self.snap_radius = snap_radius
