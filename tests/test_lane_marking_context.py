@@ -33,6 +33,8 @@ def test_context_blocks_start_as_the_plain_map_and_widen_its_view():
     with_context.load_state_dict(plain.state_dict(), strict=False)  # the shared layers' weights
     stride4 = torch.randn(2, 8, 24, 48)
     assert torch.allclose(with_context(stride4)[0], plain(stride4)[0])  # residual branches zero at the start
+    with_context(stride4)[0].sum().backward()
+    assert all(block.norm.weight.grad.abs().sum() > 0 for block in with_context.body[6:])  # and they can open
     for block in with_context.body[6:]:  # as after some training: the residual branches open
         torch.nn.init.ones_(block.norm.weight)
     assert _receptive_half_width(plain) == 2  # two 3x3 convs

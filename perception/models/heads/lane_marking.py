@@ -41,8 +41,9 @@ MARKING_SEARCH = ("window", "row", "kernel")  # how the final points move to the
 
 
 class ContextBlock(nn.Module):
-    """A residual dilated 3x3 conv block [B,C,h,w] -> [B,C,h,w]: x + ReLU(GN(conv_d(x))), the residual branch zero
-    at the start (its norm's scale is 0), so a map with these blocks starts as the map without them."""
+    """A residual dilated 3x3 conv block [B,C,h,w] -> [B,C,h,w]: ReLU(x + GN(conv_d(x))) (ResNet's block), the
+    residual branch zero at the start (its norm's scale is 0, which still receives a gradient), so on the plain
+    convs' non-negative output a map with these blocks starts as the map without them."""
 
     def __init__(self, channels: int, dilation: int, groups: int):
         super().__init__()
@@ -51,7 +52,7 @@ class ContextBlock(nn.Module):
         nn.init.zeros_(self.norm.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.relu(self.norm(self.conv(x)))
+        return F.relu(x + self.norm(self.conv(x)))
 
 
 class MarkingMap(nn.Module):
