@@ -81,5 +81,6 @@ def test_the_perspective_fit_needs_the_line_fit_and_a_row_inside_the_image():
                     {"postprocess.lane_fit_horizon_row": 0.4, "postprocess.lane_line_fit_px": None}):
         with pytest.raises(ConfigError, match="postprocess.lane_fit_horizon_row"):
             parse_config(load_config("configs/demo_synthetic.py", options))
-    cfg = parse_config(load_config("configs/demo_synthetic.py", {"postprocess.lane_fit_horizon_row": 0.4375}))
+    cfg = parse_config(load_config("configs/demo_synthetic.py", {"postprocess.lane_fit_horizon_row": 0.4375,
+                                                                 "postprocess.lane_line_fit_px": 2.7}))
     assert cfg.postprocess.lane_fit_horizon_row == 0.4375
