@@ -336,12 +336,6 @@ VARIANTS = {
                               "query as far off as after the first layer), and the search keeps the decoder's x on "
                               "the rows it finds no paint on, most of a curved lane's far third",
                               {"model.heads.lanes.query_point_loss": True}),
-    "lane_query_point_loss_perspective": ("lane_query_point_loss with the perspective term c / (y - h) in the lane "
-                                          "head's proposals and refinements (model.heads.lanes.horizon_row=0.4375, "
-                                          "the demo's horizon at 192x384 too): a decoder that now learns its own "
-                                          "geometry can sweep sideways near the horizon as curved lanes do",
-                                          {"model.heads.lanes.query_point_loss": True,
-                                           "model.heads.lanes.horizon_row": 0.4375}),
     "lane_marking_context": ("run 17 with three residual dilated 3x3 blocks (dilations 2, 4, 8 cells) after the lane "
                              "marking map's two plain convs (model.heads.lanes.marking_context_dilations=[2,4,8]; "
                              "+0.25 GFLOPs per image, 1.86 -> 2.11): the map is trained on the labelled lanes, "
@@ -357,10 +351,15 @@ METRICS = (("nuscenes/mAP", "mAP"), ("nuscenes/NDS", "NDS"), ("lanes/F1", "lane 
            ("drivable/IoU", "drivable IoU"), ("drivable/IoU_bdd100k", "drivable IoU (BDD)"))
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (`kill`) into SystemExit(143), so that it unwinds run_training, which stops the training."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def run_training(command: list[str], log) -> int:
     """Run a training command (its output to ``log``) and return its exit code. Stopping this bench (SIGTERM, see
-    ``main``, or Ctrl-C) stops the training and its data workers with it: a run left behind keeps training into the
-    variant's work dir beside the next run of it, and halves the CPU of both."""
+    ``exit_on_sigterm``, or Ctrl-C) stops the training and its data workers with it: a run left behind keeps
+    training into the variant's work dir beside the next run of it, and halves the CPU of both."""
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     try:
         return child.wait()
@@ -422,7 +421,7 @@ def main() -> int:
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={},
                         help="overrides for every variant (e.g. data_root=... for a smoke run)")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill` unwinds run_training, which stops the training
+    exit_on_sigterm()
     config_steps = Config.fromfile(args.config).trainer["max_steps"]
     rows = []
     for name in args.variants:

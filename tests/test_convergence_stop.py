@@ -9,12 +9,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A stand-in for the bench's main: the same SIGTERM handler, run_training on a child that writes its pid and sleeps.
+# A stand-in for the bench's main: its SIGTERM handler, run_training on a child that writes its pid and sleeps.
 BENCH = """
-import signal, sys
+import sys
 sys.path.insert(0, {bench!r})
-from convergence import run_training
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+from convergence import exit_on_sigterm, run_training
+exit_on_sigterm()
 child = [sys.executable, "-c", "import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(60)"]
 with open({log!r}, "w") as log:
     run_training(child, log)

@@ -132,7 +132,7 @@ class LaneTask(Task):
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
                         marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
                         row_top=head.row_top, query_point_loss=head.query_point_loss,
-                        marking_context_dilations=tuple(head.marking_context_dilations), **head.decoder_kwargs())
+                        marking_context_dilations=head.marking_context_dilations, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher
