@@ -61,7 +61,7 @@ class LaneHeadConfig(QueryDecoderConfig):
     # With marking_refinement: residual dilated 3x3 conv blocks (these dilations, in cells of the stride-4 map) after
     # the marking map's two plain ones, so the map sees a lane's painted stretches and the road's edge around the
     # stretches that are hidden or unpainted (lane_marking.MarkingMap). Empty: the two plain convs (5 cells).
-    # Convergence study, lane_marking_context ([2, 4, 8]): lane F1 0.554 / 0.514 at seeds 0 / 1 with
+    # Convergence study, lane_marking_context ([2, 4, 8]): lane F1 0.548 / 0.514 at seeds 0 / 1 with
     # postprocess.lane_line_fit_px=None (run 17 with its line fit: 0.508 / 0.492); light AP50 0.510 / 0.619.
     marking_context_dilations: tuple = ()
 
