@@ -77,7 +77,7 @@ model = dict(
 # scores the queries that fit a lane ranked barely above the rest, AUROC 0.68, and F1 with perfect scores was 0.54).
 matcher = dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6, light_one_to_many_iou=0.5,
                lane_one_to_many_iou=0.5)
-# Until run 19 lanes were kept above a score of 0.45, not the library's 0.3: the low-scored lanes are mostly false positives.
+# Until run 19 lanes were kept above 0.45, not the library's 0.3: the low-scored lanes are mostly false positives.
 # Run 8 set 0.4, chosen on the 10-scene comparison split (mean held-out lane F1 of its three seeds 0.178 at 0.4, 0.167
 # at 0.35, 0.150 at 0.3, 0.177 at 0.45) and confirmed on the demo's own held-out scenes (0.139 / 0.186 / 0.182 against
 # 0.127 / 0.150 / 0.172 at 0.3, seeds 0 / 1 / 2; precision 0.11-0.15 at 0.3, 0.20-0.24 at 0.4). Run 13 moved it to 0.45

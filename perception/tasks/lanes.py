@@ -64,6 +64,10 @@ class LaneHeadConfig(QueryDecoderConfig):
     # Convergence study, lane_marking_context ([2, 4, 8]): lane F1 0.548 / 0.514 at seeds 0 / 1 with
     # postprocess.lane_line_fit_px=None (run 17 with its line fit: 0.508 / 0.492); light AP50 0.510 / 0.619.
     marking_context_dilations: tuple = ()
+    # With marking_search="kernel": at inference each lane's class probability p becomes p^(1 - w) c^w, w this weight
+    # and c the mean over its drawn rows of the row distribution's largest probability (how sure the map is where the
+    # lane crosses each row; lane_marking.rescore_by_row_confidence). 0: the class score alone. Training is unchanged.
+    row_confidence_score: float = 0.0
 
 
 class LaneTask(Task):
@@ -121,6 +125,12 @@ class LaneTask(Task):
         if any(not isinstance(d, int) or d < 1 for d in head.marking_context_dilations):
             raise ConfigError(f"model.heads.lanes.marking_context_dilations must be whole numbers >= 1 (cells of the "
                               f"stride-4 map), got {head.marking_context_dilations!r}")
+        if not 0.0 <= head.row_confidence_score < 1.0:
+            raise ConfigError(f"model.heads.lanes.row_confidence_score must be in [0, 1) (the rows' confidence's "
+                              f"share of the lane score), got {head.row_confidence_score!r}")
+        if head.row_confidence_score and head.marking_search != "kernel":
+            raise ConfigError("model.heads.lanes.row_confidence_score needs model.heads.lanes.marking_search='kernel' "
+                              "(the confidence is that of the kernels' row distributions)")
         if head.horizon_row is not None and not 0.0 <= head.horizon_row < 1.0:
             raise ConfigError(f"model.heads.lanes.horizon_row must be in [0, 1) of the input height (or None), "
                               f"got {head.horizon_row}")
@@ -132,7 +142,8 @@ class LaneTask(Task):
                         snap_radius=head.snap_radius, marking_search=head.marking_search,
                         marking_offsets=head.marking_offsets, gap_fit=head.gap_fit, horizon_row=head.horizon_row,
                         row_top=head.row_top, query_point_loss=head.query_point_loss,
-                        marking_context_dilations=head.marking_context_dilations, **head.decoder_kwargs())
+                        marking_context_dilations=head.marking_context_dilations,
+                        row_confidence_score=head.row_confidence_score, **head.decoder_kwargs())
 
     def build_criterion(self, cfg):
         m = cfg.matcher

@@ -40,6 +40,7 @@ from perception.models.heads.lane_marking import (
     classify_rows,
     fit_through_gaps,
     locate_on_rows,
+    rescore_by_row_confidence,
     search_rows,
     snap_to_marking,
 )
@@ -81,7 +82,8 @@ class LaneHead(QueryDecoderHead):
                  marking_refinement: bool = False, snap_radius: int = 4, marking_channels: int = 32,
                  cross_attention: str = "dense", marking_search: str = "window", marking_offsets: bool = False,
                  gap_fit: bool = False, horizon_row: float | None = None, row_top: float = 0.0,
-                 query_point_loss: bool = False, marking_context_dilations: tuple[int, ...] = ()):
+                 query_point_loss: bool = False, marking_context_dilations: tuple[int, ...] = (),
+                 row_confidence_score: float = 0.0):
         # Each query reads the image at its lane's x on every anchor row (CLRNet-style line pooling).
         super().__init__(in_channels, num_classes, dim, num_queries, num_layers, num_heads, ffn_dim, levels,
                          memory_convs, reference_sampling, num_sample_points=num_points,
@@ -117,6 +119,10 @@ class LaneHead(QueryDecoderHead):
             self.snap_radius = snap_radius
             if marking_search not in MARKING_SEARCH:
                 raise ValueError(f"marking_search must be one of {MARKING_SEARCH}, got {marking_search!r}")
+            if row_confidence_score and marking_search != "kernel":
+                raise ValueError("row_confidence_score needs marking_search='kernel'")
+            # Inference only: the class score times the rows' confidence to this power (rescore_by_row_confidence).
+            self.row_confidence_score = row_confidence_score
             self.marking_search = marking_search
             # "row" / "kernel": the Gaussian prior's width in map cells, learned (4 cells = 16 input px to start);
             # None: window.
@@ -191,6 +197,7 @@ class LaneHead(QueryDecoderHead):
         ``marking_refinement`` the stride-4 marking map the final points were snapped to) and, with
         ``marking_search="kernel"``, ``lanes.row_logits`` [B,Q,P,W/4] (each row's cell scores, lane_marking.py);
         with ``query_point_loss`` ``lanes.query_points`` [B,Q,P] (the final layer's x before the marking search).
+        With ``row_confidence_score`` (inference only) ``lanes.logits`` are rescored by the rows' confidence.
         """
         outputs, queries = self.decode(levels)
         if self.marking is not None:
@@ -202,6 +209,10 @@ class LaneHead(QueryDecoderHead):
                     outputs["lanes.points"], self.row_y, marking, features, self.row_kernel(queries), self.log_sigma)
                 if self.training:
                     outputs["lanes.row_logits"] = row_logits  # (B, Q, P, W/4), for the per-row cross-entropy
+                elif self.row_confidence_score:
+                    outputs["lanes.logits"] = rescore_by_row_confidence(
+                        outputs["lanes.logits"], row_logits, outputs["lanes.visibility"], outputs["lanes.points"],
+                        self.row_confidence_score)
             elif self.marking_search == "row" and self.gap_fit:
                 found, evidence = search_rows(outputs["lanes.points"], self.row_y, marking, self.log_sigma,
                                               self.stay_logit, self.log_sharpness)
