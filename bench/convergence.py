@@ -345,7 +345,8 @@ VARIANTS = {
     "lane_marking_context_16": ("run 18 with a fourth context block of dilation 16 cells in the lane marking map "
                                 "(model.heads.lanes.marking_context_dilations=[2,4,8,16]; +0.085 GFLOPs per image): "
                                 "run 18's three blocks lifted the lanes by widening the map's view from 2 to 16 cells "
-                                "either side; does a view of 32 cells (a third of the map's width) lift them further?",
+                                "either side; does a view of 32 cells (a third of the map's width) lift them further? "
+                                "(shipped as run 19: the demo's config now)",
                                 {"model.heads.lanes.marking_context_dilations": [2, 4, 8, 16]}),
     "run16": ("run 16, the demo until run 17: a 224x448 input (640x360 -> 448x252, the bottom 224 rows), Swin "
               "windows of 7, 900 steps", RUN_16),
