@@ -44,9 +44,10 @@ model = dict(
         # fit, below, held-out lane F1 0.548 / 0.514 at seeds 0 / 1 against run 17's 0.508 / 0.492; on the fresh
         # seed-7 split 0.540 against 0.519, light AP50 0.648 against 0.594; demo split light AP50 0.510 / 0.619).
         # Run 19: a fourth block of dilation 16 cells (a view of 32 cells either side, a third of the map's width;
-        # +0.085 GFLOPs per image). Convergence study, lane_marking_context_16, seed 0: held-out lane F1 0.591 against
-        # run 18's 0.548 (at the lane threshold 0.45; 0.637 against 0.584 at run 19's 0.6), on the fresh seed-7 split
-        # 0.605 against 0.573 at 0.6; light AP50 0.624 against 0.510, mAP 0.160 against 0.167, NDS 0.231 against 0.235.
+        # +0.085 GFLOPs per image). Convergence study, lane_marking_context_16, seeds 0 / 1: held-out lane F1
+        # 0.591 / 0.533 against run 18's 0.548 / 0.514 at the lane threshold 0.45, 0.637 / 0.575 against 0.584 / 0.555
+        # at run 19's 0.6, on the fresh seed-7 split (seed 0) 0.605 against 0.573; light AP50 0.624 / 0.608 against
+        # 0.510 / 0.619, mAP 0.160 / 0.181 against 0.167 / 0.167, NDS 0.231 / 0.248 against 0.235 / 0.232.
         lanes=dict(dim=64, num_queries=20, num_layers=2, num_heads=4, ffn_dim=256, num_points=24,
                    marking_refinement=True, marking_search="kernel", marking_context_dilations=[2, 4, 8, 16]),
         lights=dict(_delete_=True, dim=64, num_queries=30, num_layers=2, num_heads=4, ffn_dim=256, levels=[0, 1, 2],
