@@ -229,9 +229,9 @@ def rescore_by_row_confidence(logits: torch.Tensor, row_logits: torch.Tensor, vi
 
     c [B,Q]: the mean, over the rows a lane is drawn through (visibility logit > 0, i.e. the post-processing's 0.5,
     and x inside the image), of the largest probability of the row's cell distribution (``classify_rows``'s
-    row_logits [B,Q,P,w]); 0 for a lane with no such row. Why: on run 18's held-out lanes the near misses (a lane
-    drawn 0.1-0.5 IoU from a labelled one: most false positives) are lanes whose far rows the map could not place,
-    and their class score, read from the query before the search, does not know it. points [B,Q,P] (normalised x),
+    row_logits [B,Q,P,w]); 0 for a lane with no such row. Why: on run 17's held-out lanes most false positives were
+    near misses (0.1-0.5 IoU from a labelled lane), mostly of curved lanes whose far rows the map could not place,
+    and the class score, read from the query before the search, does not know it. points [B,Q,P] (normalised x),
     visibility_logits [B,Q,P]; weight in (0, 1)."""
     confidence = row_logits.softmax(dim=-1).amax(dim=-1)  # (B, Q, P)
     drawn = ((visibility_logits > 0) & (points >= 0) & (points <= 1)).to(confidence.dtype)  # (B, Q, P)
