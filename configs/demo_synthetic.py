@@ -98,7 +98,8 @@ matcher = dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6, light_
 # Run 19 keeps lanes above 0.6: run 18's lanes score higher than they hold on unseen scenes (trained on class targets
 # IoU >= 0.5 that its training images meet more often), and at 0.45 precision was 0.55 at recall 0.54. Held-out lane F1
 # at 0.45 / 0.55 / 0.6 / 0.65 on run 18's checkpoints: seed 0 0.548 / 0.566 / 0.584 / 0.586, seed 1 0.514 / 0.551 /
-# 0.555 / 0.569, and on the fresh seed-7 split (never trained or tuned on) seed 0 0.540 / 0.568 / 0.573 / 0.567.
+# 0.555 / 0.569, and on the fresh seed-7 split (never trained on, but looked at in the choice) seed 0 0.540 / 0.568 /
+# 0.573 / 0.567.
 postprocess = dict(obstacle_nms_iou=0.3, light_nms_iou=0.3, lane_score_threshold=0.6, lane_line_fit_px=None,
                    lane_nms_iou=0.5)
 # Training crops keep each image's principal point on the row evaluation puts it on (convergence study,

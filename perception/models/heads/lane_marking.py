@@ -30,8 +30,8 @@ what CNN lane detectors (SCNN, LaneAF) do well, and the query's points then move
 
 - ``rescore_by_row_confidence`` (``row_confidence_score``, with ``marking_search="kernel"``): at inference a lane's
   class probability p becomes p^(1 - w) c^w, c the mean over its drawn rows of how sure each row's cell distribution
-  is (its largest probability): a lane whose rows the map cannot place is a near miss more often than a lane (FCOS's
-  centre-ness times the class score, for lanes).
+  is (its largest probability): a lane whose rows the map cannot place is more often a near miss than one whose rows
+  it places (FCOS's centre-ness times the class score, for lanes).
 
 Standard ONNX only (Conv, GridSample, MatMul, Softmax, ReduceSum, ReduceMax): TensorRT runs it without plugins.
 """
