@@ -89,6 +89,10 @@ class MatcherConfig:
     # Lanes, with lane_one_to_many_iou: those queries also regress the lane they overlap (points, visibility, row
     # classification), averaged over them, at this weight beside the one-to-one losses. 0: off.
     lane_one_to_many_regression: float = 0.0
+    # Lanes, with lane_one_to_many_iou: every decoder class positive targets its lane's overlap with the labelled one
+    # (the F1's IoU at the rows) instead of 1, a quality focal loss (IoU-aware classification): scores rank lanes by
+    # how well they fit. False: binary targets.
+    lane_quality_targets: bool = False
 
 
 @dataclass
@@ -233,6 +237,9 @@ def validate(cfg: ExperimentConfig) -> None:
         if regression and getattr(cfg.matcher, f"{task}_one_to_many_iou") is None:
             raise ConfigError(f"matcher.{task}_one_to_many_regression regresses the one-to-many queries: set "
                               f"matcher.{task}_one_to_many_iou too")
+    if cfg.matcher.lane_quality_targets and cfg.matcher.lane_one_to_many_iou is None:
+        raise ConfigError("matcher.lane_quality_targets scores the one-to-many lane positives: set "
+                          "matcher.lane_one_to_many_iou too")
     horizon = cfg.postprocess.lane_fit_horizon_row
     if horizon is not None and (cfg.postprocess.lane_line_fit_px is None or not 0.0 <= horizon < 1.0):
         raise ConfigError(f"postprocess.lane_fit_horizon_row must be in [0, 1) of the input height and needs "

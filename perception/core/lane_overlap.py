@@ -51,3 +51,14 @@ def lane_overlap_iou(xs_a: torch.Tensor, visible_a: torch.Tensor, xs_b: torch.Te
     intersection = ((segment - distance).clamp(min=0.0) * va * vb).sum(-1)
     union = (segment * va).sum(-1) + (segment * vb).sum(-1) - intersection
     return intersection / union.clamp(min=1e-9)
+
+
+def paired_lane_overlap_iou(xs_a: torch.Tensor, visible_a: torch.Tensor, xs_b: torch.Tensor, visible_b: torch.Tensor,
+                            half_width_b: torch.Tensor) -> torch.Tensor:
+    """IoU [K] of lane a[k] with lane b[k] (xs, visible, b's half-widths all [K,P]): ``lane_overlap_iou`` of the
+    pairs only, without the [A,B] matrix."""
+    va, vb = visible_a.to(xs_a.dtype), visible_b.to(xs_a.dtype)
+    segment = 2.0 * half_width_b
+    intersection = ((segment - (xs_a - xs_b).abs()).clamp(min=0.0) * va * vb).sum(-1)
+    union = (segment * va).sum(-1) + (segment * vb).sum(-1) - intersection
+    return intersection / union.clamp(min=1e-9)

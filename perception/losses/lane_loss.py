@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from perception.core.lane_coding import MIN_VISIBLE_ROWS, anchor_rows, encode_lane
-from perception.core.lane_overlap import lane_overlap_iou, row_half_widths
+from perception.core.lane_overlap import lane_overlap_iou, paired_lane_overlap_iou, row_half_widths
 from perception.losses.box_set_loss import (
     SetCriterion,
     add_one_to_many,
@@ -72,6 +72,27 @@ def row_classification_loss(row_logits: torch.Tensor, target: torch.Tensor, visi
     return (nll * visible).sum(-1) / visible.sum(-1).clamp(min=1)
 
 
+def quality_focal_loss(logits: torch.Tensor, batch_index: torch.Tensor, query_index: torch.Tensor,
+                       labels: torch.Tensor, quality: torch.Tensor, alpha: float, gamma: float) -> torch.Tensor:
+    """Sigmoid focal loss with soft targets (GFL's quality focal loss, with the focal alpha), summed: the class
+    positives (query ``query_index[k]`` of image ``batch_index[k]``, class ``labels[k]``) target their
+    ``quality[k]`` in [0, 1] instead of 1, weighted alpha and modulated by |quality - p|^gamma; every other query
+    and class targets 0, weighted 1 - alpha and modulated by p^gamma. With every quality 1 it is
+    torchvision's sigmoid_focal_loss. logits [B,Q,C]."""
+    target = torch.zeros_like(logits)
+    positive = torch.zeros_like(logits, dtype=torch.bool)
+    target[batch_index, query_index, labels] = quality.to(logits.dtype)
+    positive[batch_index, query_index, labels] = True
+    ce = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    modulation = (target - logits.sigmoid()).abs().pow(gamma)
+    return (torch.where(positive, alpha, 1.0 - alpha) * modulation * ce).sum()
+
+
+def drawn_rows(points: torch.Tensor, visibility_logits: torch.Tensor) -> torch.Tensor:
+    """[..., P] bool: the rows decoding draws a lane through (visible, x inside the image); points normalised x."""
+    return (visibility_logits.detach() > 0) & (points.detach() >= 0) & (points.detach() <= 1)
+
+
 def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, targets: list[dict], threshold: float):
     """(image index [K], query index [K], label [K], lane index in its image [K]) of every query whose lane
     (points [B,Q,P] normalised x, drawn where visibility_logits [B,Q,P] > 0 and x inside the image, as decoding
@@ -79,7 +100,7 @@ def overlapping_lanes(points: torch.Tensor, visibility_logits: torch.Tensor, tar
     it overlaps most. ``targets`` as ``LaneCriterion.encode`` gives them with one-to-many on (their
     ``half_width``)."""
     points = points.detach().float()
-    drawn = (visibility_logits.detach() > 0) & (points >= 0) & (points <= 1)
+    drawn = drawn_rows(points, visibility_logits)
     return queries_overlapping(targets, lambda i, target: lane_overlap_iou(
         points[i], drawn[i], target["points"].float(), target["visible"], target["half_width"]),
         threshold, points.device)
@@ -165,7 +186,7 @@ class LaneCriterion(SetCriterion):
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False,
                  row_classification: bool = False, one_to_many_iou: float | None = None,
-                 one_to_many_regression: float = 0.0, row_top: float = 0.0):
+                 one_to_many_regression: float = 0.0, row_top: float = 0.0, quality_targets: bool = False):
         """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes;
         ``row_classification``: also return ``lane_row_ce`` (row_classification_loss) for the matched final
         queries' ``lanes.row_logits``; ``one_to_many_iou``: every decoder query whose lane overlaps a labelled
@@ -173,10 +194,16 @@ class LaneCriterion(SetCriterion):
         too, not only its Hungarian match; ``one_to_many_regression``: those queries also regress the lane they
         overlap (points, visibility, row classification), averaged over them, at this weight beside the one-to-one
         losses (H-DETR's one-to-many branch on the same queries). 0: off. ``row_top``: where the head's anchor rows
-        start, a fraction of the input height (perception.core.lane_coding)."""
+        start, a fraction of the input height (perception.core.lane_coding). ``quality_targets`` (with
+        ``one_to_many_iou``): each decoder class positive targets the overlap of its drawn lane with its labelled
+        one (``lane_overlap_iou``) instead of 1, by ``quality_focal_loss`` (IoU-aware classification, as RT-DETR's
+        varifocal loss for boxes): a score then ranks lanes by how well they fit, not only whether they fit."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
         if one_to_many_regression and one_to_many_iou is None:
             raise ValueError("one_to_many_regression regresses the one-to-many queries: set one_to_many_iou too")
+        if quality_targets and one_to_many_iou is None:
+            raise ValueError("quality_targets measures overlaps with the one-to-many half-widths: set one_to_many_iou")
+        self.quality_targets = quality_targets
         self.line_iou = line_iou
         self.one_to_many_iou = one_to_many_iou
         self.one_to_many_regression = one_to_many_regression
@@ -269,12 +296,29 @@ class LaneCriterion(SetCriterion):
             extra = overlapping_lanes(pred["points"], pred["visibility"], targets, self.one_to_many_iou)
             class_batch, class_query = torch.cat([batch_index, extra[0]]), torch.cat([query_index, extra[1]])
             class_labels = torch.cat([matched["labels"], extra[2]])
-        losses = {"lane_cls": self.class_loss(pred["logits"], class_batch, class_query, class_labels, num_targets)}
+        if extra is not None and self.quality_targets:
+            quality = torch.cat([self.fit_quality(pred, batch_index, query_index, matched),
+                                 self.fit_quality(pred, extra[0], extra[1], gather_pairs(targets, extra[0], extra[3]))])
+            losses = {"lane_cls": quality_focal_loss(pred["logits"], class_batch, class_query, class_labels, quality,
+                                                     self.focal_alpha, self.focal_gamma) / num_targets}
+        else:
+            losses = {"lane_cls": self.class_loss(pred["logits"], class_batch, class_query, class_labels,
+                                                  num_targets)}
         losses.update(self.paired_losses(pred, matched, batch_index, query_index, num_targets))
         if extra is not None and self.one_to_many_regression and len(extra[0]):
             add_one_to_many(losses, self.paired_losses(pred, gather_pairs(targets, extra[0], extra[3]), extra[0],
                                                        extra[1], len(extra[0])), self.one_to_many_regression)
         return losses
+
+    @staticmethod
+    def fit_quality(pred: dict[str, torch.Tensor], batch_index: torch.Tensor, query_index: torch.Tensor,
+                    paired: dict) -> torch.Tensor:
+        """[K] in [0, 1]: ``lane_overlap_iou`` of query ``query_index[k]``'s lane in image ``batch_index[k]``, drawn
+        as decoding draws it, with lane k of ``paired`` (encoded targets with their ``half_width``). No gradient."""
+        points = pred["points"][batch_index, query_index].detach().float()  # (K, P)
+        drawn = drawn_rows(points, pred["visibility"][batch_index, query_index])
+        return paired_lane_overlap_iou(points, drawn, paired["points"].float(), paired["visible"],
+                                       paired["half_width"])
 
     def paired_losses(self, pred: dict[str, torch.Tensor], matched: dict, batch_index: torch.Tensor,
                       query_index: torch.Tensor, count: float) -> dict[str, torch.Tensor]:

@@ -154,6 +154,7 @@ class LaneTask(Task):
                              row_classification=head is not None and head.marking_search == "kernel",
                              one_to_many_iou=m.lane_one_to_many_iou,
                              one_to_many_regression=m.lane_one_to_many_regression,
+                             quality_targets=m.lane_quality_targets,
                              row_top=head.row_top if head is not None else 0.0)
 
     def empty_targets(self) -> dict:
