@@ -55,7 +55,7 @@ def test_criterion_targets_the_fit_of_each_positive():
     points = torch.stack([lane, lane + 0.006, torch.full((rows,), 0.9)])[None]  # on it, a little off, elsewhere
     pred = {"logits": torch.zeros(1, 3, 1, requires_grad=True), "points": points,
             "visibility": torch.full((1, 3, rows), 5.0)}
-    criterion = LaneCriterion(one_to_many_iou=0.3, quality_targets=True)
+    criterion = LaneCriterion(one_to_many_iou=0.3, quality_targets="all")
     quality = criterion.fit_quality(pred, torch.tensor([0, 0]), torch.tensor([0, 1]),
                                     {k: v.expand(2, *v.shape[1:]) for k, v in targets[0].items()})
     assert float(quality[0]) == pytest.approx(1.0)
@@ -73,6 +73,25 @@ def test_config_needs_one_to_many(tmp_path):
 
     cfg = load_config("configs/demo_synthetic.py")
     cfg.merge_from_dict({"matcher.lane_one_to_many_iou": None, "postprocess.lane_nms_iou": None,
-                         "matcher.lane_quality_targets": True})
+                         "matcher.lane_quality_targets": "all"})
     with pytest.raises(ConfigError, match="lane_quality_targets"):
         parse_config(cfg)
+
+
+def test_one_to_many_mode_keeps_the_hungarian_match_at_one():
+    """quality_targets="one_to_many": the matched query is pushed towards 1 as with binary targets, the other query
+    on the lane only towards its overlap."""
+    rows = 12
+    lane = _lane(0.4, 0.2, rows)
+    targets = [{"labels": torch.zeros(1, dtype=torch.int64), "points": lane[None], "visible": torch.ones(1, rows,
+                dtype=torch.bool)}]
+    targets[0]["half_width"] = row_half_widths(targets[0]["points"], targets[0]["visible"], (192, 384))
+    points = torch.stack([lane, lane + 0.006])[None]
+    logits = torch.tensor([[[2.0], [2.0]]])  # both at p = 0.88, above the off query's overlap
+    pred = {"logits": logits.clone().requires_grad_(), "points": points, "visibility": torch.full((1, 2, rows), 5.0)}
+    LaneCriterion(one_to_many_iou=0.3, quality_targets="one_to_many").prefix_losses(
+        pred, targets, num_targets=1)["lane_cls"].backward()
+    grad = pred["logits"].grad[0, :, 0]
+    assert grad[0] < 0 < grad[1]  # the match (query 0, on the lane) up towards 1, the near miss down to its overlap
+    with pytest.raises(ValueError, match="quality_targets"):
+        LaneCriterion(one_to_many_iou=0.3, quality_targets="yes")

@@ -89,10 +89,11 @@ class MatcherConfig:
     # Lanes, with lane_one_to_many_iou: those queries also regress the lane they overlap (points, visibility, row
     # classification), averaged over them, at this weight beside the one-to-one losses. 0: off.
     lane_one_to_many_regression: float = 0.0
-    # Lanes, with lane_one_to_many_iou: every decoder class positive targets its lane's overlap with the labelled one
-    # (the F1's IoU at the rows) instead of 1, a quality focal loss (IoU-aware classification): scores rank lanes by
-    # how well they fit. False: binary targets.
-    lane_quality_targets: bool = False
+    # Lanes, with lane_one_to_many_iou: class positives target their lane's overlap with the labelled one (the F1's IoU
+    # at the rows) instead of 1, a quality focal loss (IoU-aware classification) so that scores rank lanes by how well
+    # they fit: "all" every decoder class positive, "one_to_many" only the one-to-many ones (the Hungarian matches keep
+    # 1). None: binary targets.
+    lane_quality_targets: str | None = None
 
 
 @dataclass
@@ -237,6 +238,9 @@ def validate(cfg: ExperimentConfig) -> None:
         if regression and getattr(cfg.matcher, f"{task}_one_to_many_iou") is None:
             raise ConfigError(f"matcher.{task}_one_to_many_regression regresses the one-to-many queries: set "
                               f"matcher.{task}_one_to_many_iou too")
+    if cfg.matcher.lane_quality_targets not in (None, "all", "one_to_many"):
+        raise ConfigError(f"matcher.lane_quality_targets must be None, 'all' or 'one_to_many', got "
+                          f"{cfg.matcher.lane_quality_targets!r}")
     if cfg.matcher.lane_quality_targets and cfg.matcher.lane_one_to_many_iou is None:
         raise ConfigError("matcher.lane_quality_targets scores the one-to-many lane positives: set "
                           "matcher.lane_one_to_many_iou too")

@@ -186,7 +186,7 @@ class LaneCriterion(SetCriterion):
     def __init__(self, matcher: LaneMatcher | None = None, focal_alpha: float = 0.25, focal_gamma: float = 2.0,
                  dense_weight: float = 1.0, dense_class_positives: str = "all", line_iou: bool = False,
                  row_classification: bool = False, one_to_many_iou: float | None = None,
-                 one_to_many_regression: float = 0.0, row_top: float = 0.0, quality_targets: bool = False):
+                 one_to_many_regression: float = 0.0, row_top: float = 0.0, quality_targets: str | None = None):
         """``line_iou``: also return ``lane_line_iou`` (line_iou_loss) for the matched and dense-positive lanes;
         ``row_classification``: also return ``lane_row_ce`` (row_classification_loss) for the matched final
         queries' ``lanes.row_logits``; ``one_to_many_iou``: every decoder query whose lane overlaps a labelled
@@ -195,12 +195,15 @@ class LaneCriterion(SetCriterion):
         overlap (points, visibility, row classification), averaged over them, at this weight beside the one-to-one
         losses (H-DETR's one-to-many branch on the same queries). 0: off. ``row_top``: where the head's anchor rows
         start, a fraction of the input height (perception.core.lane_coding). ``quality_targets`` (with
-        ``one_to_many_iou``): each decoder class positive targets the overlap of its drawn lane with its labelled
-        one (``lane_overlap_iou``) instead of 1, by ``quality_focal_loss`` (IoU-aware classification, as RT-DETR's
-        varifocal loss for boxes): a score then ranks lanes by how well they fit, not only whether they fit."""
+        ``one_to_many_iou``): class positives target the overlap of their drawn lane with their labelled one
+        (``lane_overlap_iou``) instead of 1, by ``quality_focal_loss`` (IoU-aware classification, as RT-DETR's
+        varifocal loss for boxes), so that a score ranks lanes by how well they fit: ``"all"`` every decoder class
+        positive, ``"one_to_many"`` only the one-to-many ones (the Hungarian matches keep 1); None: binary."""
         super().__init__(matcher or LaneMatcher(), focal_alpha, focal_gamma, dense_weight, dense_class_positives)
         if one_to_many_regression and one_to_many_iou is None:
             raise ValueError("one_to_many_regression regresses the one-to-many queries: set one_to_many_iou too")
+        if quality_targets not in (None, "all", "one_to_many"):
+            raise ValueError(f"quality_targets must be None, 'all' or 'one_to_many', got {quality_targets!r}")
         if quality_targets and one_to_many_iou is None:
             raise ValueError("quality_targets measures overlaps with the one-to-many half-widths: set one_to_many_iou")
         self.quality_targets = quality_targets
@@ -297,8 +300,15 @@ class LaneCriterion(SetCriterion):
             class_batch, class_query = torch.cat([batch_index, extra[0]]), torch.cat([query_index, extra[1]])
             class_labels = torch.cat([matched["labels"], extra[2]])
         if extra is not None and self.quality_targets:
-            quality = torch.cat([self.fit_quality(pred, batch_index, query_index, matched),
-                                 self.fit_quality(pred, extra[0], extra[1], gather_pairs(targets, extra[0], extra[3]))])
+            many = self.fit_quality(pred, extra[0], extra[1], gather_pairs(targets, extra[0], extra[3]))
+            if self.quality_targets == "one_to_many":  # a Hungarian match keeps 1, also where it is one-to-many
+                num_queries = pred["logits"].shape[1]
+                matched_keys = batch_index * num_queries + query_index
+                many = torch.where(torch.isin(extra[0] * num_queries + extra[1], matched_keys), 1.0, many)
+                one = torch.ones_like(query_index, dtype=many.dtype)
+            else:
+                one = self.fit_quality(pred, batch_index, query_index, matched)
+            quality = torch.cat([one, many])
             losses = {"lane_cls": quality_focal_loss(pred["logits"], class_batch, class_query, class_labels, quality,
                                                      self.focal_alpha, self.focal_gamma) / num_targets}
         else:
