@@ -68,7 +68,7 @@ def test_criterion_targets_the_fit_of_each_positive():
     assert float(losses["lane_cls"].detach()) < float(binary.detach())  # a positive at 0.5 is nearer its quality than 1
 
 
-def test_config_needs_one_to_many(tmp_path):
+def test_config_needs_one_to_many():
     from perception.config import load_config, parse_config
 
     cfg = load_config("configs/demo_synthetic.py")

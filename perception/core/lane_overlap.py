@@ -44,19 +44,14 @@ def lane_overlap_iou(xs_a: torch.Tensor, visible_a: torch.Tensor, xs_b: torch.Te
     """IoU [A,B] of lanes a (xs [A,P], visible [A,P]) with lanes b ([B,P]), both drawn with b's per-row
     half-widths ``half_width_b`` [B,P] (``row_half_widths``): a row where both are visible adds the overlap
     of the two segments to the intersection; every visible row adds its segment to the union."""
-    va = visible_a.to(xs_a.dtype)[:, None]  # (A, 1, P)
-    vb = visible_b.to(xs_a.dtype)[None]  # (1, B, P)
-    segment = 2.0 * half_width_b[None]  # (1, B, P)
-    distance = (xs_a[:, None] - xs_b[None]).abs()  # (A, B, P)
-    intersection = ((segment - distance).clamp(min=0.0) * va * vb).sum(-1)
-    union = (segment * va).sum(-1) + (segment * vb).sum(-1) - intersection
-    return intersection / union.clamp(min=1e-9)
+    return paired_lane_overlap_iou(xs_a[:, None], visible_a[:, None], xs_b[None], visible_b[None],
+                                   half_width_b[None])
 
 
 def paired_lane_overlap_iou(xs_a: torch.Tensor, visible_a: torch.Tensor, xs_b: torch.Tensor, visible_b: torch.Tensor,
                             half_width_b: torch.Tensor) -> torch.Tensor:
-    """IoU [K] of lane a[k] with lane b[k] (xs, visible, b's half-widths all [K,P]): ``lane_overlap_iou`` of the
-    pairs only, without the [A,B] matrix."""
+    """IoU [K] of lane a[k] with lane b[k] (xs, visible, b's half-widths all [K,P], or any shapes that broadcast
+    to one: ``lane_overlap_iou`` passes [A,1,P] against [1,B,P]), drawn with b's half-widths."""
     va, vb = visible_a.to(xs_a.dtype), visible_b.to(xs_a.dtype)
     segment = 2.0 * half_width_b
     intersection = ((segment - (xs_a - xs_b).abs()).clamp(min=0.0) * va * vb).sum(-1)
