@@ -45,6 +45,7 @@ def test_cfg_options_override_nested_and_trainer_keys():
     ({"cameras": ["CAM_FRONT", "CAM_TOP"]}, "unknown cameras"),
     ({"batch_size": "8"}, "must be int"),
     ({"postprocess": {"lane_line_fit_px": 0.0}}, "lane_line_fit_px must be > 0"),
+    ({"postprocess": {"obstacle_merge_radius_scale": 0.0}}, "obstacle_merge_radius_scale must be a number in"),
 ])
 def test_bad_configs_are_rejected_with_a_clear_message(overrides, message):
     with pytest.raises(ConfigError, match=message):

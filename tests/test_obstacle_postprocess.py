@@ -60,6 +60,21 @@ def test_merge_removes_cross_camera_duplicates_only():
         ("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
 
 
+def test_merge_radius_scale_widens_the_same_class_merge_only():
+    def box(x, y, name, score):
+        return {"translation": [x, y, 0.0], "detection_name": name, "detection_score": score}
+
+    # Cars 2.5 m apart (radius 1.5 m), pedestrians 0.8 m apart (0.5 m), a truck beside the first car.
+    boxes = [box(0, 0, "car", 0.9), box(2.5, 0, "car", 0.6), box(10, 0, "pedestrian", 0.8),
+             box(10.8, 0, "pedestrian", 0.7), box(0.5, 0, "truck", 0.5)]
+    names = lambda merged: [(b["detection_name"], b["detection_score"]) for b in merged]  # noqa: E731
+    assert len(merge_cameras(boxes)) == 5  # each pair beyond its class radius
+    assert names(merge_cameras(boxes, radius_scale=2.0)) == [("car", 0.9), ("pedestrian", 0.8), ("truck", 0.5)]
+    # At 5 m (radius 1.5 x 3 = 4.5 m) the second car stays.
+    far = [box(0, 0, "car", 0.9), box(5.0, 0, "car", 0.6)]
+    assert len(merge_cameras(far, radius_scale=3.0)) == 2
+
+
 def test_optional_2d_nms_drops_same_class_duplicates_only():
     intrinsics = np.array([[350.0, 0.0, 224.0], [0.0, 350.0, 100.0], [0.0, 0.0, 1.0]])
     q, c = 4, 10

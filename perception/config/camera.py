@@ -101,6 +101,10 @@ class PostprocessConfig:
     obstacle_max_per_image: int = 100
     obstacle_score_threshold: float = 0.05
     obstacle_nms_iou: float | None = None  # per-camera, per-class 2D NMS before 3D decoding; None: NMS-free
+    # The sample's boxes (all cameras) are de-duplicated in BEV: a box within its class's merge radius (car 1.5 m,
+    # pedestrian 0.5 m, ...: postprocess/obstacles.py MERGE_RADIUS) of a higher-scoring box of its class is dropped;
+    # this scales those radii (the demo: 3, convergence study, obstacle_merge_radius_scale).
+    obstacle_merge_radius_scale: float = 1.0
     # With model.heads.obstacles.depth_uncertainty: score = class score x P(depth within 1 m); False: class score only.
     # Off: on the 10-scene held-out split it cost mAP (0.043 vs 0.069 on the same checkpoint; convergence study).
     obstacle_depth_confidence: bool = False
@@ -231,6 +235,10 @@ def validate(cfg: ExperimentConfig) -> None:
                 and cfg.matcher.iou_aware_classification:
             raise ConfigError(f"{key} and matcher.iou_aware_classification are alternatives for the box heads' "
                               "class targets: set one of them")
+    scale = cfg.postprocess.obstacle_merge_radius_scale
+    if not is_number(scale) or not 0.0 < scale <= 10.0:
+        raise ConfigError(f"postprocess.obstacle_merge_radius_scale must be a number in (0, 10] (1: the class radii "
+                          f"as they are), got {scale!r}")
     for task in ("obstacle", "lane"):
         regression = getattr(cfg.matcher, f"{task}_one_to_many_regression")
         if not is_number(regression) or regression < 0:

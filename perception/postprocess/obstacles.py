@@ -118,14 +118,19 @@ def to_global(boxes: CameraBoxes, ego_from_camera: np.ndarray, global_from_ego: 
     } for i in range(len(boxes.scores))]
 
 
-def merge_cameras(records: list[dict], max_boxes: int = 500) -> list[dict]:
-    """Greedy BEV de-duplication across the cameras of one sample (highest score first)."""
+def merge_cameras(records: list[dict], max_boxes: int = 500, radius_scale: float = 1.0) -> list[dict]:
+    """Greedy BEV de-duplication of one sample's boxes, all cameras together (highest score first): a box is dropped
+    when a higher-scoring box of its class lies within its class's radius (``MERGE_RADIUS``) x ``radius_scale``.
+
+    Overlapping views see one object twice, and one camera's queries can place one object twice where 2D NMS keeps
+    both (their boxes overlap little); ``radius_scale`` > 1 merges those farther apart (``postprocess.obstacle_merge
+    _radius_scale``, convergence study: a monocular head's copies of one object lie metres apart)."""
     if not records:
         return []
     records = sorted(records, key=lambda r: -r["detection_score"])
     centres = np.array([r["translation"][:2] for r in records])
     names = np.array([r["detection_name"] for r in records])
-    radius = np.array([MERGE_RADIUS.get(n, DEFAULT_MERGE_RADIUS) for n in names])
+    radius = np.array([MERGE_RADIUS.get(n, DEFAULT_MERGE_RADIUS) for n in names]) * radius_scale
     suppressed = np.zeros(len(records), bool)
     kept = []
     for i in range(len(records)):

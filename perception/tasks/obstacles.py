@@ -183,7 +183,8 @@ class ObstacleTask(Task):
             if "boxes" in result:
                 per_sample.setdefault(result["sample_token"], []).extend(result["boxes"])
         sample_tokens = list(dict.fromkeys(info["sample_token"] for info in context.sources[0].infos))
-        merged = {token: merge_cameras(boxes) for token, boxes in per_sample.items()}
+        scale = context.cfg.postprocess.obstacle_merge_radius_scale
+        merged = {token: merge_cameras(boxes, radius_scale=scale) for token, boxes in per_sample.items()}
         results_path = context.results_path or os.path.join(context.work_dir, f"results_nusc_{context.split}.json")
         write_submission(merged, sample_tokens, results_path)
         context.timings["postprocess_s"] = context.timings.get("postprocess_s", 0.0) + time.perf_counter() - start
