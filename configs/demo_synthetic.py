@@ -104,7 +104,7 @@ matcher = dict(dense_class_positives="one", obstacle_one_to_many_iou=0.6, light_
 # queries and overlapping cameras place one object twice metres apart (depth off by 6-8 %), where 2D NMS and the 1x
 # radii keep both; at 1x the held-out detections held 18x as many same-class pairs at 1-3x the radius as the
 # annotations do. Chosen on the fresh seed-7 split (run 19, seeds 0 / 1: mAP 0.186 / 0.207 at 1x, 0.199 / 0.215 at
-# 2x, 0.203 / 0.219 at 3x, 0.200 / 0.217 at 4x), confirmed on the demo's held-out scenes (0.160 / 0.182 -> 0.167 /
+# 2x, 0.203 / 0.219 at 3x, 0.200 / 0.217 at 4x), confirmed on the demo's held-out scenes (0.160 / 0.181 -> 0.167 /
 # 0.190, NDS 0.231 / 0.248 -> 0.236 / 0.252; convergence study, postprocess.obstacle_merge_radius_scale=3).
 postprocess = dict(obstacle_nms_iou=0.3, obstacle_merge_radius_scale=3.0, light_nms_iou=0.3, lane_score_threshold=0.6,
                    lane_line_fit_px=None, lane_nms_iou=0.5)
