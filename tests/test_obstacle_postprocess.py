@@ -50,28 +50,30 @@ def test_decode_inverts_the_target_encoding():
     assert np.allclose(record["rotation"], [math.cos(math.pi / 4), 0, 0, math.sin(math.pi / 4)], atol=1e-6)
 
 
-def test_merge_removes_cross_camera_duplicates_only():
-    def box(x, y, name, score):
-        return {"translation": [x, y, 0.0], "detection_name": name, "detection_score": score}
+def bev_box(x: float, y: float, name: str, score: float) -> dict:
+    """The fields of a detection record the BEV merge reads (global x, y in metres)."""
+    return {"translation": [x, y, 0.0], "detection_name": name, "detection_score": score}
 
-    merged = merge_cameras([box(0, 0, "car", 0.5), box(0.6, 0.3, "car", 0.9), box(0.6, 0.3, "pedestrian", 0.4),
-                            box(5, 0, "car", 0.3)])
-    assert [(b["detection_name"], b["detection_score"]) for b in merged] == [
-        ("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
+
+def names_and_scores(records: list[dict]) -> list[tuple[str, float]]:
+    return [(r["detection_name"], r["detection_score"]) for r in records]
+
+
+def test_merge_removes_cross_camera_duplicates_only():
+    merged = merge_cameras([bev_box(0, 0, "car", 0.5), bev_box(0.6, 0.3, "car", 0.9),
+                            bev_box(0.6, 0.3, "pedestrian", 0.4), bev_box(5, 0, "car", 0.3)])
+    assert names_and_scores(merged) == [("car", 0.9), ("pedestrian", 0.4), ("car", 0.3)]
 
 
 def test_merge_radius_scale_widens_the_same_class_merge_only():
-    def box(x, y, name, score):
-        return {"translation": [x, y, 0.0], "detection_name": name, "detection_score": score}
-
     # Cars 2.5 m apart (radius 1.5 m), pedestrians 0.8 m apart (0.5 m), a truck beside the first car.
-    boxes = [box(0, 0, "car", 0.9), box(2.5, 0, "car", 0.6), box(10, 0, "pedestrian", 0.8),
-             box(10.8, 0, "pedestrian", 0.7), box(0.5, 0, "truck", 0.5)]
-    names = lambda merged: [(b["detection_name"], b["detection_score"]) for b in merged]  # noqa: E731
+    boxes = [bev_box(0, 0, "car", 0.9), bev_box(2.5, 0, "car", 0.6), bev_box(10, 0, "pedestrian", 0.8),
+             bev_box(10.8, 0, "pedestrian", 0.7), bev_box(0.5, 0, "truck", 0.5)]
     assert len(merge_cameras(boxes)) == 5  # each pair beyond its class radius
-    assert names(merge_cameras(boxes, radius_scale=2.0)) == [("car", 0.9), ("pedestrian", 0.8), ("truck", 0.5)]
+    assert names_and_scores(merge_cameras(boxes, radius_scale=2.0)) == [
+        ("car", 0.9), ("pedestrian", 0.8), ("truck", 0.5)]
     # At 5 m (radius 1.5 x 3 = 4.5 m) the second car stays.
-    far = [box(0, 0, "car", 0.9), box(5.0, 0, "car", 0.6)]
+    far = [bev_box(0, 0, "car", 0.9), bev_box(5.0, 0, "car", 0.6)]
     assert len(merge_cameras(far, radius_scale=3.0)) == 2
 
 

@@ -123,8 +123,9 @@ def merge_cameras(records: list[dict], max_boxes: int = 500, radius_scale: float
     when a higher-scoring box of its class lies within its class's radius (``MERGE_RADIUS``) x ``radius_scale``.
 
     Overlapping views see one object twice, and one camera's queries can place one object twice where 2D NMS keeps
-    both (their boxes overlap little); ``radius_scale`` > 1 merges those farther apart (``postprocess.obstacle_merge
-    _radius_scale``, convergence study: a monocular head's copies of one object lie metres apart)."""
+    both (their boxes overlap little); ``radius_scale`` > 1 merges those farther apart
+    (``postprocess.obstacle_merge_radius_scale``; convergence study: a monocular head's copies of one object lie
+    metres apart)."""
     if not records:
         return []
     records = sorted(records, key=lambda r: -r["detection_score"])
